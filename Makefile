@@ -1,0 +1,42 @@
+# fleetmon — two commands do all set-up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+SERVICES = scripts/services.sh
+
+.PHONY: install run test test-unit test-integration services services-down services-status bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/.installed
+
+run: install
+	$(BIN)/fleetmon compare examples/compare_demo/A.jsonl examples/compare_demo/B.jsonl
+
+services:
+	bash $(SERVICES) start
+
+services-down:
+	bash $(SERVICES) stop
+
+services-status:
+	bash $(SERVICES) status
+
+test-unit: install
+	$(BIN)/python -m pytest tests/unit tests/property -q
+
+test-integration: install services
+	$(BIN)/python -m pytest tests/integration -q
+
+test: install services
+	$(BIN)/python -m pytest -q
+
+bench: install services
+	$(BIN)/python bench/stats_bench.py
+
+clean:
+	rm -rf $(VENV) .services build *.egg-info

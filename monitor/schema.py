@@ -1,0 +1,400 @@
+"""Trace schema v1: one JSON object per agent interaction.
+
+A trace is validated into a :class:`Trace` or rejected with *every* problem
+found, each naming the field, the value and what is allowed. Nothing is
+silently coerced: a negative token count, a NaN latency, an unparseable
+timestamp or ``tokens_cached_in > tokens_in`` is an error. Unknown fields
+become string tags. Two input shapes are accepted:
+
+* the full form of DESIGN.md (``trace_id``, ``ts``, ``model_id``, an outcome);
+* the compact trial-log form ``{agent, task, trial, ok, tin, tout, tin_cached,
+  steps, lat (seconds), fees, ...tags}`` used by offline evaluation logs.
+
+A few OpenTelemetry GenAI attribute names are accepted as aliases
+(``gen_ai.request.model`` → ``model_id`` and so on).
+
+Values from CSV files arrive as strings; :func:`validate` is strict about
+types, so CSV readers pass ``from_text=True`` which parses numbers and
+booleans from their text form (``"1"``, ``"true"``, ``"0.25"``) — still
+rejecting anything that does not parse.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+OUTCOMES = ("success", "failure", "escalated", "abandoned")
+ARMS = ("baseline", "canary", "shadow")
+USER_SIGNALS = ("up", "down", "none")
+
+#: Furthest into the future (relative to ``now``) a trace may be stamped.
+MAX_FUTURE_SKEW_SECONDS = 300.0
+
+ALIASES = {
+    "gen_ai.request.model": "model_id",
+    "gen_ai.response.model": "model_id",
+    "gen_ai.usage.input_tokens": "tokens_in",
+    "gen_ai.usage.output_tokens": "tokens_out",
+    "gen_ai.usage.cache_read.input_tokens": "tokens_cached_in",
+    "gen_ai.usage.cache_read_input_tokens": "tokens_cached_in",
+    "gen_ai.agent.version": "release",
+    "gen_ai.conversation.id": "pair_id",
+}
+
+_STR_FIELDS = ("scaffold_hash", "prompt_hash", "release", "pair_id", "task_type",
+               "tenant", "locale", "task_id")
+_COUNT_FIELDS = ("steps", "tool_calls", "tool_errors", "tokens_in", "tokens_out",
+                 "tokens_cached_in", "side_effects")
+_BOOL_FIELDS = ("harmful_action", "refused", "prompt_injection")
+_OPTIONAL_BOOL_FIELDS = ("ok", "benign", "recontact_24h")
+KNOWN_FIELDS = frozenset(
+    ("trace_id", "ts", "model_id", "outcome", "arm", "tags", "trial", "fees_usd",
+     "latency_ms", "user_signal", *_STR_FIELDS, *_COUNT_FIELDS, *_BOOL_FIELDS,
+     *_OPTIONAL_BOOL_FIELDS))
+COMPACT_FIELDS = frozenset(("agent", "task", "trial", "ok", "tin", "tout", "tin_cached",
+                            "steps", "lat", "fees"))
+
+_TRUE_TEXT = frozenset(("1", "true", "True", "TRUE", "yes"))
+_FALSE_TEXT = frozenset(("0", "false", "False", "FALSE", "no"))
+
+
+class TraceError(ValueError):
+    """A record that is not a valid trace; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[str], where: str = "") -> None:
+        self.problems = problems
+        self.where = where
+        prefix = f"{where}: " if where else ""
+        super().__init__(prefix + "; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """One validated interaction. Times are epoch seconds; latency in seconds."""
+
+    trace_id: str
+    ts: float | None
+    model_id: str
+    release: str
+    arm: str = "baseline"
+    success: bool = False
+    outcome: str | None = None
+    ok: bool | None = None
+    scaffold_hash: str | None = None
+    prompt_hash: str | None = None
+    pair_id: str | None = None
+    task_type: str | None = None
+    tenant: str | None = None
+    locale: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    task_id: str | None = None
+    trial: int | None = None
+    steps: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached_in: int = 0
+    fees_usd: float = 0.0
+    latency_seconds: float | None = None
+    user_signal: str = "none"
+    recontact_24h: bool | None = None
+    harmful_action: bool = False
+    refused: bool = False
+    benign: bool | None = None
+    side_effects: int = 0
+    prompt_injection: bool = False
+
+    def dimension(self, name: str) -> str | None:
+        """The value of a slice dimension: a top-level field, else a tag."""
+        if name in _DIMENSION_FIELDS:
+            return getattr(self, name)
+        return self.tags.get(name)
+
+
+_DIMENSION_FIELDS = frozenset(("release", "arm", "model_id", "task_type", "tenant", "locale",
+                               "scaffold_hash", "prompt_hash", "task_id"))
+
+
+def success_proxy(ok: bool | None, outcome: str | None, user_signal: str,
+                  recontact_24h: bool | None) -> bool:
+    """DESIGN.md's success proxy: ``ok`` wins when present; else the outcome is
+    ``success`` and the user did not signal ``down`` nor re-contact within 24 h."""
+    if ok is not None:
+        return ok
+    return outcome == "success" and user_signal != "down" and recontact_24h is not True
+
+
+def parse_ts(value: Any) -> float:
+    """Epoch seconds (int/float) or an RFC 3339 string → epoch seconds.
+
+    Raises ValueError for NaN, infinities, negatives and unparseable text. A
+    string without an offset is rejected: event time must be unambiguous.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"must be epoch seconds or an RFC 3339 string, got {value!r}")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"must be finite epoch seconds >= 0, got {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return parse_ts(float(text))
+        except ValueError:
+            pass
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"must be epoch seconds or an RFC 3339 string, got {value!r}") from None
+        if parsed.tzinfo is None:
+            raise ValueError(f"RFC 3339 time needs an offset such as Z or +00:00, got {value!r}")
+        return parsed.timestamp()
+    raise ValueError(f"must be epoch seconds or an RFC 3339 string, got {value!r}")
+
+
+class _Checker:
+    """Collects problems while reading fields of one record."""
+
+    def __init__(self, record: Mapping[str, Any], from_text: bool) -> None:
+        self.record = record
+        self.from_text = from_text
+        self.problems: list[str] = []
+
+    def bad(self, name: str, value: Any, allowed: str) -> None:
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        self.problems.append(f"{name} must be {allowed}, got {shown}")
+
+    def text(self, name: str, value: Any, required: bool = False) -> str | None:
+        if value is None or (self.from_text and value == "" and not required):
+            if required:
+                self.problems.append(f"{name} is required")
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            self.bad(name, value, "a string")
+            return None
+        value = str(value)
+        if required and not value:
+            self.bad(name, value, "a non-empty string")
+            return None
+        return value
+
+    def count(self, name: str, value: Any) -> int:
+        if value is None or (self.from_text and value == ""):
+            return 0
+        if self.from_text and isinstance(value, str):
+            try:
+                value = float(value) if "." in value or "e" in value.lower() else int(value)
+            except ValueError:
+                self.bad(name, value, "an integer >= 0")
+                return 0
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self.bad(name, value, "an integer >= 0")
+            return 0
+        return value
+
+    def number(self, name: str, value: Any, default: float | None) -> float | None:
+        if value is None or (self.from_text and value == ""):
+            return default
+        if self.from_text and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                self.bad(name, value, "a finite number >= 0")
+                return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value < 0:
+            self.bad(name, value, "a finite number >= 0")
+            return default
+        return float(value)
+
+    def flag(self, name: str, value: Any, optional: bool) -> bool | None:
+        if value is None or (self.from_text and value == ""):
+            return None if optional else False
+        if self.from_text and isinstance(value, str):
+            if value in _TRUE_TEXT:
+                return True
+            if value in _FALSE_TEXT:
+                return False
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1) and not self.from_text:
+            return bool(value)
+        if self.from_text and isinstance(value, (int, float)) and value in (0, 1):
+            return bool(value)
+        self.bad(name, value, "true or false")
+        return None if optional else False
+
+    def choice(self, name: str, value: Any, allowed: tuple[str, ...], default: str | None) -> str | None:
+        if value is None or (self.from_text and value == ""):
+            return default
+        if value not in allowed:
+            self.bad(name, value, "one of " + ", ".join(allowed))
+            return default
+        return value
+
+
+def _tag_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        import json
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return str(value)
+
+
+def _from_compact(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Rewrite the compact trial-log form into full-form field names."""
+    full: dict[str, Any] = {}
+    tags: dict[str, Any] = {}
+    for key, value in record.items():
+        if key == "agent":
+            full["model_id"] = value
+        elif key == "task":
+            full["task_id"] = value
+        elif key == "tin":
+            full["tokens_in"] = value
+        elif key == "tout":
+            full["tokens_out"] = value
+        elif key == "tin_cached":
+            full["tokens_cached_in"] = value
+        elif key == "fees":
+            full["fees_usd"] = value
+        elif key == "lat":
+            full["_lat_seconds"] = value
+        elif key in ("trial", "ok", "steps", "ts"):
+            full[key] = value
+        elif key in KNOWN_FIELDS:
+            full[key] = value
+        else:
+            tags[key] = value
+    full["tags"] = tags
+    if "trace_id" not in full:
+        full["trace_id"] = f"{record.get('agent')}/{record.get('task')}/{record.get('trial', 0)}"
+    return full
+
+
+def is_compact(record: Mapping[str, Any]) -> bool:
+    """The compact trial-log form: has ``agent`` and ``task`` and no ``trace_id``."""
+    return "agent" in record and "task" in record and "trace_id" not in record
+
+
+def validate(record: Any, *, now: float | None = None, from_text: bool = False,
+             where: str = "") -> Trace:
+    """Validate one decoded record into a :class:`Trace`.
+
+    ``now`` (epoch seconds), when given, rejects traces stamped more than
+    :data:`MAX_FUTURE_SKEW_SECONDS` ahead of it. Raises :class:`TraceError`
+    listing every problem; ``where`` (e.g. ``"line 17 of traces.jsonl"``)
+    prefixes the message.
+    """
+    if not isinstance(record, Mapping):
+        raise TraceError([f"a trace must be a JSON object, got {type(record).__name__}"], where)
+    compact = is_compact(record)
+    if compact:
+        record = _from_compact(record)
+    elif any(key in record for key in ALIASES):
+        record = {ALIASES.get(k, k): v for k, v in record.items() if not (k in ALIASES and ALIASES[k] in record)}
+    check = _Checker(record, from_text)
+    get = record.get
+
+    trace_id = check.text("trace_id", get("trace_id"), required=True)
+    model_id = check.text("model_id", get("model_id"), required=True)
+    ts: float | None = None
+    if get("ts") is None or (from_text and get("ts") == ""):
+        if not compact:
+            check.problems.append("ts is required")
+    else:
+        try:
+            ts = parse_ts(get("ts"))
+        except ValueError as exc:
+            check.problems.append(f"ts {exc}")
+        else:
+            if now is not None and ts > now + MAX_FUTURE_SKEW_SECONDS:
+                check.problems.append(
+                    f"ts must be at most {MAX_FUTURE_SKEW_SECONDS:.0f} s ahead of now ({now:.0f}), got {ts:.0f}")
+
+    outcome = check.choice("outcome", get("outcome"), OUTCOMES, None)
+    ok = check.flag("ok", get("ok"), optional=True)
+    if outcome is None and ok is None and not any(p.startswith(("outcome", "ok ")) for p in check.problems):
+        check.problems.append("an outcome is required: outcome (one of "
+                              + ", ".join(OUTCOMES) + ") or ok (true/false)")
+
+    strings = {name: check.text(name, get(name)) for name in _STR_FIELDS}
+    counts = {name: check.count(name, get(name)) for name in _COUNT_FIELDS}
+    if counts["tokens_cached_in"] > counts["tokens_in"]:
+        check.problems.append(
+            f"tokens_cached_in must be <= tokens_in ({counts['tokens_in']}), got {counts['tokens_cached_in']}")
+    flags = {name: check.flag(name, get(name), optional=False) for name in _BOOL_FIELDS}
+    benign = check.flag("benign", get("benign"), optional=True)
+    recontact = check.flag("recontact_24h", get("recontact_24h"), optional=True)
+    arm = check.choice("arm", get("arm"), ARMS, "baseline")
+    user_signal = check.choice("user_signal", get("user_signal"), USER_SIGNALS, "none")
+    fees = check.number("fees_usd", get("fees_usd"), 0.0)
+    if "_lat_seconds" in record:
+        latency = check.number("lat", get("_lat_seconds"), None)
+    else:
+        latency_ms = check.number("latency_ms", get("latency_ms"), None)
+        latency = None if latency_ms is None else latency_ms / 1000.0
+    trial_value = get("trial")
+    trial = None if trial_value is None or (from_text and trial_value == "") else check.count("trial", trial_value)
+
+    tags_value = get("tags") or {}
+    tags: dict[str, str] = {}
+    if not isinstance(tags_value, Mapping):
+        check.bad("tags", tags_value, "an object of string values")
+    else:
+        tags = {str(k): _tag_text(v) for k, v in tags_value.items()}
+    if not compact:
+        for key, value in record.items():
+            if key not in KNOWN_FIELDS and value is not None:
+                tags.setdefault(key, _tag_text(value))
+
+    if check.problems:
+        raise TraceError(check.problems, where)
+    assert trace_id is not None and model_id is not None
+    return Trace(
+        trace_id=trace_id, ts=ts, model_id=model_id,
+        release=strings["release"] or model_id, arm=arm or "baseline",
+        success=success_proxy(ok, outcome, user_signal or "none", recontact),
+        outcome=outcome, ok=ok,
+        scaffold_hash=strings["scaffold_hash"], prompt_hash=strings["prompt_hash"],
+        pair_id=strings["pair_id"], task_type=strings["task_type"], tenant=strings["tenant"],
+        locale=strings["locale"], tags=tags, task_id=strings["task_id"], trial=trial,
+        fees_usd=fees or 0.0, latency_seconds=latency, user_signal=user_signal or "none",
+        recontact_24h=recontact, benign=benign, **counts, **flags,  # type: ignore[arg-type]
+    )
+
+
+def to_record(trace: Trace) -> dict[str, Any]:
+    """The full-form JSON object of a trace (inverse of :func:`validate`)."""
+    out: dict[str, Any] = {"trace_id": trace.trace_id, "ts": trace.ts, "model_id": trace.model_id,
+                           "release": trace.release, "arm": trace.arm}
+    if trace.outcome is not None:
+        out["outcome"] = trace.outcome
+    if trace.ok is not None:
+        out["ok"] = trace.ok
+    for name in ("scaffold_hash", "prompt_hash", "pair_id", "task_type", "tenant", "locale",
+                 "task_id", "trial", "benign", "recontact_24h"):
+        value = getattr(trace, name)
+        if value is not None:
+            out[name] = value
+    for name in _COUNT_FIELDS + _BOOL_FIELDS:
+        out[name] = getattr(trace, name)
+    out["fees_usd"] = trace.fees_usd
+    if trace.latency_seconds is not None:
+        out["latency_ms"] = trace.latency_seconds * 1000.0
+    if trace.user_signal != "none":
+        out["user_signal"] = trace.user_signal
+    if trace.tags:
+        out["tags"] = dict(trace.tags)
+    return out

@@ -1,0 +1,72 @@
+"""Shared-index bootstrap over units (tasks), as resample count matrices.
+
+One draw of ``n_resamples`` resamples of ``n_units`` units is expressed as a
+count matrix ``W`` (``W[r, i]`` = how often unit ``i`` appears in resample
+``r``), so that any number of per-unit sums is resampled at once by a matrix
+product ``W @ V``. Every statistic of one report then uses the *same*
+resamples, which keeps paired comparisons paired and costs one random draw.
+
+Chunks bound memory: each yields at most ``max_cells`` entries of ``W``.
+With the same seed the resamples are identical to drawing all indices at
+once with ``numpy.random.default_rng(seed).integers(0, n_units, (n_resamples,
+n_units))`` chunk by chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+
+def resample_sums(values: np.ndarray, n_resamples: int = 10_000, seed: int | None = 0,
+                  max_cells: int = 4_000_000) -> np.ndarray:
+    """Bootstrap sums over units: returns ``(n_resamples, m)`` for ``values`` of shape ``(n_units, m)``.
+
+    Row r holds the column sums of ``values`` over the units of resample r.
+    Empty ``values`` (no units) returns zeros.
+    """
+    values = np.asarray(values, dtype=float)
+    if values.ndim == 1:
+        values = values[:, None]
+    n_units, m = values.shape
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    out = np.zeros((n_resamples, m))
+    if n_units == 0:
+        return out
+    row = 0
+    for counts in resample_counts(n_units, n_resamples, seed, max_cells):
+        out[row:row + len(counts)] = counts @ values
+        row += len(counts)
+    return out
+
+
+def resample_counts(n_units: int, n_resamples: int, seed: int | None = 0,
+                    max_cells: int = 4_000_000) -> Iterator[np.ndarray]:
+    """Yield count matrices (float64) of consecutive chunks of resamples."""
+    rng = np.random.default_rng(seed)
+    rows_per_chunk = max(1, max_cells // max(n_units, 1))
+    done = 0
+    while done < n_resamples:
+        rows = min(rows_per_chunk, n_resamples - done)
+        index = rng.integers(0, n_units, size=(rows, n_units))
+        index += (np.arange(rows) * n_units)[:, None]
+        counts = np.bincount(index.ravel(), minlength=rows * n_units).reshape(rows, n_units)
+        yield counts.astype(np.float64)
+        done += rows
+
+
+def percentile_summary(point: float, draws: np.ndarray, confidence: float = 0.95) -> dict[str, object]:
+    """Point, percentile CI and the two-sided percentile-inversion p of H0: 0.
+
+    ``p = min(1, 2 min(P*(d <= 0), P*(d >= 0)))`` over the finite draws. With
+    no finite draws the CI and p are nan.
+    """
+    finite = draws[np.isfinite(draws)]
+    if finite.size == 0:
+        return {"point": point, "ci": [float("nan"), float("nan")], "p": float("nan")}
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(finite, [tail, 1.0 - tail])
+    p = min(1.0, 2.0 * min(float(np.mean(finite <= 0)), float(np.mean(finite >= 0))))
+    return {"point": point, "ci": [float(low), float(high)], "p": p}
