@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import math
 import sys
 from typing import Any, Sequence
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+#: Modules that add subcommands: each has ``register(subparsers)`` and keeps
+#: its heavy imports inside the command functions.
+COMMAND_MODULES = ("streams.commands", "monitor.exporter_cmd", "alerts.commands", "monitor.run_cmd")
 
 
 def _json_default(value: Any) -> Any:
@@ -103,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.set_defaults(func=cmd_compare)
+    for name in COMMAND_MODULES:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name).register(sub)
     return parser
 
 

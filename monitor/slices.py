@@ -1,0 +1,97 @@
+"""Slices: which dimensions a trace is grouped by, and the cardinality guard.
+
+A slice is an ordered tuple of ``(dimension, value)``; its id is the text
+``dim=value|dim=value`` with ``%``, ``|`` and ``=`` percent-escaped in values,
+so ids round-trip and can be parsed back. A missing value is ``unknown``.
+
+Cardinality guard: each dimension admits at most ``max_values`` distinct
+values; the first ones seen are admitted (in a steady fleet the values that
+carry the volume appear first), later new values fold into ``__other__``
+and the fold counts how many traces were folded per dimension. Admitted
+values never change label afterwards, so series stay continuous. The guard
+is pure; the Redis store keeps the admitted sets so that all workers agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from monitor.schema import Trace
+
+DEFAULT_DIMENSIONS = ("release", "arm", "task_type", "tenant", "locale")
+OTHER = "__other__"
+UNKNOWN = "unknown"
+
+SliceKey = tuple[tuple[str, str], ...]
+
+
+def _escape(value: str) -> str:
+    return value.replace("%", "%25").replace("|", "%7C").replace("=", "%3D")
+
+
+def _unescape(value: str) -> str:
+    return value.replace("%3D", "=").replace("%7C", "|").replace("%25", "%")
+
+
+def slice_id(key: SliceKey) -> str:
+    return "|".join(f"{dim}={_escape(value)}" for dim, value in key)
+
+
+def parse_slice_id(text: str) -> SliceKey:
+    if not text:
+        return ()
+    out = []
+    for part in text.split("|"):
+        dim, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"slice id parts must look like dim=value, got {part!r} in {text!r}")
+        out.append((dim, _unescape(value)))
+    return tuple(out)
+
+
+def matches(key: SliceKey, selector: Mapping[str, str]) -> bool:
+    """True when every ``dim: value`` of ``selector`` holds in ``key``."""
+    values = dict(key)
+    return all(values.get(dim) == value for dim, value in selector.items())
+
+
+@dataclass
+class CardinalityGuard:
+    """Caps distinct values per dimension (see the module docstring)."""
+
+    max_values: int | Mapping[str, int] = 100
+    admitted: dict[str, set[str]] = field(default_factory=dict)
+
+    def cap(self, dim: str) -> int:
+        if isinstance(self.max_values, int):
+            return self.max_values
+        return self.max_values.get(dim, 100)
+
+    def admit(self, dim: str, value: str) -> str:
+        seen = self.admitted.setdefault(dim, set())
+        if value in seen:
+            return value
+        if len(seen) < self.cap(dim):
+            seen.add(value)
+            return value
+        return OTHER
+
+
+@dataclass
+class Slicer:
+    """Turns a trace into its guarded slice key."""
+
+    dimensions: Sequence[str] = DEFAULT_DIMENSIONS
+    guard: CardinalityGuard = field(default_factory=CardinalityGuard)
+
+    def __post_init__(self) -> None:
+        if len(set(self.dimensions)) != len(self.dimensions):
+            raise ValueError(f"slice dimensions must be distinct, got {list(self.dimensions)}")
+
+    def key(self, trace: Trace) -> SliceKey:
+        admit = self.guard.admit
+        return tuple((dim, admit(dim, trace.dimension(dim) or UNKNOWN)) for dim in self.dimensions)
+
+    def keys(self, traces: Iterable[Trace]) -> list[SliceKey]:
+        return [self.key(t) for t in traces]

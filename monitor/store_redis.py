@@ -1,0 +1,243 @@
+"""Redis store: the streaming workers' shared state (an edge module: thin).
+
+Key layout (``P`` = key prefix, default ``fleetmon``):
+
+========================================  =========================================
+``P:w:<res>:<start>:<slice id>``          hash, window aggregate (EXPIREAT window end + retention)
+``P:t:<slice id>``                        hash, cumulative per-slice totals
+``P:slices``                              zset, slice id → latest event time
+``P:counters``                            hash, ``traces``, ``dlq``, ``late``, ``folded:<dim>``
+``P:offsets``                             hash, ``<topic>:<partition>`` → last applied offset
+``P:dims:<dim>``                          set, admitted values of a slice dimension
+``P:x:<name>``                            hash, additive extras (pairing state, evidence)
+========================================  =========================================
+
+A batch is applied by one Lua script (one round trip, atomic): if the
+source's watermark is at or past the batch's first offset nothing is written
+and the script returns the watermark; otherwise every increment, TTL and
+zset update is applied and the watermark advanced, so a redelivered batch is
+skipped and a half-applied batch cannot exist. Reads merge window hashes
+server-side (a Lua script) so a scrape moves one merged hash per slice.
+
+Redis Cluster: the scripts touch keys they build themselves, so this store
+needs a single Redis (or one shard per key prefix); see the README.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import redis
+
+from monitor.aggregate import FLOAT_FIELDS, Aggregate
+from monitor.fold import BatchDelta
+from monitor.slices import CardinalityGuard
+from monitor.store import StoreError
+from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
+
+_APPLY = """
+local mark = redis.call('HGET', KEYS[1], ARGV[1])
+if ARGV[2] ~= '' and mark and tonumber(mark) >= tonumber(ARGV[2]) then
+  return {0, mark}
+end
+local ops = cjson.decode(ARGV[4])
+for key, fields in pairs(ops.i) do
+  for f, v in pairs(fields) do redis.call('HINCRBY', key, f, string.format('%.0f', v)) end
+end
+for key, fields in pairs(ops.f) do
+  for f, v in pairs(fields) do redis.call('HINCRBYFLOAT', key, f, string.format('%.17g', v)) end
+end
+for key, at in pairs(ops.x) do redis.call('EXPIREAT', key, string.format('%.0f', at)) end
+for member, score in pairs(ops.z) do redis.call('ZADD', ops.zkey, 'GT', score, member) end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
+return {1, ARGV[3]}
+"""
+
+_MERGE = """
+local out = {}
+local pos = 1
+for g = 1, #ARGV do
+  local n = tonumber(ARGV[g])
+  local sum = {}
+  for i = pos, pos + n - 1 do
+    local flat = redis.call('HGETALL', KEYS[i])
+    for j = 1, #flat, 2 do
+      sum[flat[j]] = (sum[flat[j]] or 0) + tonumber(flat[j + 1])
+    end
+  end
+  pos = pos + n
+  local group = {}
+  for f, v in pairs(sum) do
+    group[#group + 1] = f
+    group[#group + 1] = string.format('%.17g', v)
+  end
+  out[#out + 1] = group
+end
+return out
+"""
+
+_ADMIT = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end
+if redis.call('SCARD', KEYS[1]) < tonumber(ARGV[2]) then redis.call('SADD', KEYS[1], ARGV[1]); return 1 end
+return 0
+"""
+
+
+def connect(url: str) -> redis.Redis:
+    """A client for ``url`` (``redis://``, ``rediss://`` with TLS, password in the URL)."""
+    try:
+        return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5)
+    except ValueError as exc:
+        raise StoreError(f"bad Redis URL: {exc}") from exc
+
+
+class RedisStore:
+    """The :class:`~monitor.store.Store` interface over one Redis."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "fleetmon",
+                 resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.resolutions = tuple(resolutions)
+        self._apply = client.register_script(_APPLY)
+        self._merge = client.register_script(_MERGE)
+        self._admit = client.register_script(_ADMIT)
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "fleetmon",
+                 resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS) -> "RedisStore":
+        return cls(connect(url), prefix, resolutions)
+
+    # -- keys -------------------------------------------------------------------
+    def window_key(self, resolution: str, start: int, sid: str) -> str:
+        return f"{self.prefix}:w:{resolution}:{start}:{sid}"
+
+    def total_key(self, sid: str) -> str:
+        return f"{self.prefix}:t:{sid}"
+
+    # -- writing ------------------------------------------------------------------
+    def payload(self, delta: BatchDelta) -> str:
+        ints: dict[str, dict[str, float]] = {}
+        floats: dict[str, dict[str, float]] = {}
+        expire_at: dict[str, int] = {}
+
+        def add(key: str, flat: dict[str, float]) -> None:
+            for name, value in flat.items():
+                (floats if name in FLOAT_FIELDS else ints).setdefault(key, {})[name] = value
+
+        for (res, start, sid), agg in delta.windows.items():
+            key = self.window_key(res, start, sid)
+            add(key, agg.to_dict())
+            expire_at[key] = delta.expire_at[(res, start)]
+        for sid, agg in delta.totals.items():
+            add(self.total_key(sid), agg.to_dict())
+        if delta.counters:
+            ints[f"{self.prefix}:counters"] = dict(delta.counters)
+        for key, fields in delta.extra.items():
+            for name, value in fields.items():
+                target = ints if float(value).is_integer() and not name.endswith(("_usd", "_seconds", "_sq")) else floats
+                target.setdefault(f"{self.prefix}:x:{key}", {})[name] = value
+        return json.dumps({"i": ints, "f": floats, "x": expire_at, "z": delta.last_seen,
+                           "zkey": f"{self.prefix}:slices"})
+
+    def apply(self, delta: BatchDelta, source: str | None = None, first_offset: int | None = None,
+              last_offset: int | None = None) -> bool:
+        args = [source or "", "" if first_offset is None else first_offset,
+                "" if last_offset is None else last_offset, self.payload(delta)]
+        try:
+            applied, _ = self._apply(keys=[f"{self.prefix}:offsets"], args=args)
+        except redis.RedisError as exc:
+            raise StoreError(f"applying a batch to Redis failed: {exc}") from exc
+        return bool(applied)
+
+    def admit(self, dim: str, value: str, cap: int) -> bool:
+        try:
+            return bool(self._admit(keys=[f"{self.prefix}:dims:{dim}"], args=[value, cap]))
+        except redis.RedisError as exc:
+            raise StoreError(f"cardinality guard in Redis failed: {exc}") from exc
+
+    # -- reading --------------------------------------------------------------------
+    def applied_offset(self, source: str) -> int | None:
+        value = self.client.hget(f"{self.prefix}:offsets", source)
+        return None if value is None else int(value)
+
+    def applied_offsets(self) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.client.hgetall(f"{self.prefix}:offsets").items()}
+
+    def active_slices(self, since: float | None = None) -> dict[str, float]:
+        low = "-inf" if since is None else since
+        rows = self.client.zrangebyscore(f"{self.prefix}:slices", low, "+inf", withscores=True)
+        return {member.decode(): score for member, score in rows}
+
+    def _merge_groups(self, groups: list[list[str]], chunk_keys: int = 20_000) -> list[Aggregate]:
+        out: list[Aggregate] = []
+        i = 0
+        while i < len(groups):
+            keys: list[str] = []
+            sizes: list[int] = []
+            while i < len(groups) and (not keys or len(keys) + len(groups[i]) <= chunk_keys):
+                keys.extend(groups[i])
+                sizes.append(len(groups[i]))
+                i += 1
+            try:
+                result = self._merge(keys=keys, args=sizes)
+            except redis.RedisError as exc:
+                raise StoreError(f"reading windows from Redis failed: {exc}") from exc
+            for flat in result:
+                out.append(Aggregate.from_dict(dict(zip(flat[0::2], flat[1::2]))))
+        return out
+
+    def window_aggregates(self, resolution: str, start: float, end: float,
+                          slice_ids: Sequence[str]) -> dict[str, Aggregate]:
+        res = {r.name: r for r in self.resolutions}.get(resolution)
+        if res is None:
+            raise StoreError(f"unknown resolution {resolution!r}; configured: {[r.name for r in self.resolutions]}")
+        starts = res.starts_between(start, end)
+        groups = [[self.window_key(resolution, s, sid) for s in starts] for sid in slice_ids]
+        return dict(zip(slice_ids, self._merge_groups(groups)))
+
+    def totals(self, slice_ids: Sequence[str] | None = None) -> dict[str, Aggregate]:
+        ids = list(self.active_slices()) if slice_ids is None else list(slice_ids)
+        return dict(zip(ids, self._merge_groups([[self.total_key(sid)] for sid in ids])))
+
+    def counters(self) -> dict[str, float]:
+        return {k.decode(): float(v) for k, v in self.client.hgetall(f"{self.prefix}:counters").items()}
+
+    def extra(self, prefix: str) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        base = f"{self.prefix}:x:"
+        for key in self.client.scan_iter(match=f"{base}{prefix}*", count=1000):
+            name = key.decode()[len(base):]
+            out[name] = {k.decode(): float(v) for k, v in self.client.hgetall(key).items()}
+        return out
+
+    def clear(self) -> int:
+        """Delete every key under the prefix (used by rebuild); returns how many."""
+        deleted = 0
+        for key in self.client.scan_iter(match=f"{self.prefix}:*", count=1000):
+            deleted += self.client.delete(key)
+        return deleted
+
+
+class RedisGuard(CardinalityGuard):
+    """Cardinality guard whose admitted sets live in Redis, shared by all workers."""
+
+    def __init__(self, store: RedisStore, max_values: int = 100) -> None:
+        super().__init__(max_values=max_values)
+        self.store = store
+        self.rejected: dict[str, set[str]] = {}
+
+    def admit(self, dim: str, value: str) -> str:
+        seen = self.admitted.setdefault(dim, set())
+        if value in seen:
+            return value
+        rejected = self.rejected.setdefault(dim, set())
+        if value in rejected:
+            return "__other__"
+        if self.store.admit(dim, value, self.cap(dim)):
+            seen.add(value)
+            return value
+        if len(rejected) < 100_000:
+            rejected.add(value)
+        return "__other__"
