@@ -125,11 +125,12 @@ def _safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def summarize_agent(agent: AgentTrials, ks: Sequence[int], confidence: float, n_resamples: int,
-                    seed: int | None) -> dict[str, Any]:
+                    seed: int | None, cache: dict | None = None) -> dict[str, Any]:
     """The per-agent block of the report (see the module docstring)."""
     n_tasks = len(agent.task_ids)
     rates = agent.successes / agent.trials
-    draws = resample_sums(np.column_stack([rates, agent.cost_usd, agent.successes]), n_resamples, seed)
+    draws = resample_sums(np.column_stack([rates, agent.cost_usd, agent.successes]), n_resamples, seed,
+                          cache=cache)
     any_pass = int((agent.successes > 0).sum())
     any_low, any_high = wilson_interval(any_pass, n_tasks, confidence)
     per_task = list(zip(agent.trials.tolist(), agent.successes.tolist()))
@@ -161,7 +162,7 @@ def summarize_agent(agent: AgentTrials, ks: Sequence[int], confidence: float, n_
 
 
 def paired_block(base: AgentTrials, cand: AgentTrials, confidence: float, n_resamples: int,
-                 seed: int | None) -> dict[str, Any]:
+                 seed: int | None, cache: dict | None = None) -> dict[str, Any]:
     """McNemar and the paired bootstraps over the tasks both agents ran."""
     common = [t for t in base.task_ids if t in cand.index]
     bi = np.array([base.index[t] for t in common], dtype=int)
@@ -186,7 +187,7 @@ def paired_block(base: AgentTrials, cand: AgentTrials, confidence: float, n_resa
         base.successes[bi], cand.successes[ci],
         base.harmful[bi] / base.trials[bi], cand.harmful[ci] / cand.trials[ci],
     ])
-    sums = resample_sums(columns, n_resamples, seed)
+    sums = resample_sums(columns, n_resamples, seed, cache=cache)
     point = columns.sum(axis=0)
     n = len(common)
 
@@ -238,8 +239,9 @@ def compare(baseline: AgentTrials, candidate: AgentTrials, *, ks: Sequence[int] 
     if baseline.name == candidate.name:
         raise ValueError(f"baseline and candidate are both named {baseline.name!r}; "
                          "name them apart (records' agent field or file names)")
-    agents = {a.name: summarize_agent(a, ks, confidence, n_resamples, seed) for a in (baseline, candidate)}
-    paired = paired_block(baseline, candidate, confidence, n_resamples, seed)
+    cache: dict = {}  # one bootstrap draw per distinct number of tasks
+    agents = {a.name: summarize_agent(a, ks, confidence, n_resamples, seed, cache) for a in (baseline, candidate)}
+    paired = paired_block(baseline, candidate, confidence, n_resamples, seed, cache)
     a, b = agents[baseline.name], agents[candidate.name]
     point_a = Point(baseline.name, a["cost_per_solved_usd"], a["success"]["rate"])
     point_b = Point(candidate.name, b["cost_per_solved_usd"], b["success"]["rate"])

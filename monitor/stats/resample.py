@@ -7,9 +7,9 @@ product ``W @ V``. Every statistic of one report then uses the *same*
 resamples, which keeps paired comparisons paired and costs one random draw.
 
 Chunks bound memory: each yields at most ``max_cells`` entries of ``W``.
-With the same seed the resamples are identical to drawing all indices at
-once with ``numpy.random.default_rng(seed).integers(0, n_units, (n_resamples,
-n_units))`` chunk by chunk.
+With the same seed the resamples are identical to drawing the indices chunk
+by chunk with ``numpy.random.default_rng(seed).integers(0, n_units, (rows,
+n_units), dtype=int32)``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,14 @@ import numpy as np
 
 
 def resample_sums(values: np.ndarray, n_resamples: int = 10_000, seed: int | None = 0,
-                  max_cells: int = 4_000_000) -> np.ndarray:
+                  max_cells: int = 4_000_000, cache: dict | None = None) -> np.ndarray:
     """Bootstrap sums over units: returns ``(n_resamples, m)`` for ``values`` of shape ``(n_units, m)``.
 
     Row r holds the column sums of ``values`` over the units of resample r.
-    Empty ``values`` (no units) returns zeros.
+    Empty ``values`` (no units) returns zeros. ``cache`` (a dict the caller
+    keeps for one report) reuses the count matrices of an earlier call with
+    the same (n_units, n_resamples, seed), stored as float32 (exact for
+    counts), so several statistics over the same units cost one draw.
     """
     values = np.asarray(values, dtype=float)
     if values.ndim == 1:
@@ -36,7 +39,14 @@ def resample_sums(values: np.ndarray, n_resamples: int = 10_000, seed: int | Non
     if n_units == 0:
         return out
     row = 0
-    for counts in resample_counts(n_units, n_resamples, seed, max_cells):
+    if cache is not None and seed is not None:
+        key = (n_units, n_resamples, seed)
+        if key not in cache:
+            cache[key] = [c.astype(np.float32) for c in resample_counts(n_units, n_resamples, seed, max_cells)]
+        chunks = cache[key]
+    else:
+        chunks = resample_counts(n_units, n_resamples, seed, max_cells)
+    for counts in chunks:
         out[row:row + len(counts)] = counts @ values
         row += len(counts)
     return out
@@ -46,14 +56,15 @@ def resample_counts(n_units: int, n_resamples: int, seed: int | None = 0,
                     max_cells: int = 4_000_000) -> Iterator[np.ndarray]:
     """Yield count matrices (float64) of consecutive chunks of resamples."""
     rng = np.random.default_rng(seed)
-    rows_per_chunk = max(1, max_cells // max(n_units, 1))
+    rows_per_chunk = max(1, min(max_cells, 2**31 - 1) // max(n_units, 1))
     done = 0
     while done < n_resamples:
         rows = min(rows_per_chunk, n_resamples - done)
-        index = rng.integers(0, n_units, size=(rows, n_units))
-        index += (np.arange(rows) * n_units)[:, None]
+        # int32 draws halve memory traffic; rows * n_units < 2**31 by max_cells.
+        index = rng.integers(0, n_units, size=(rows, n_units), dtype=np.int32)
+        index += (np.arange(rows, dtype=np.int32) * n_units)[:, None]
         counts = np.bincount(index.ravel(), minlength=rows * n_units).reshape(rows, n_units)
-        yield counts.astype(np.float64)
+        yield counts.astype(np.float64, copy=False)
         done += rows
 
 
