@@ -11,12 +11,15 @@ union. Time is passed in (``now``, epoch seconds).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from monitor.aggregate import Aggregate
 from monitor.schema import Trace
 from monitor.slices import OTHER, UNKNOWN, Slicer, slice_id
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
+
+if TYPE_CHECKING:
+    from monitor.pairing import Pairer
 
 
 @dataclass
@@ -27,6 +30,9 @@ class BatchDelta:
     last_seen: dict[str, float] = field(default_factory=dict)
     expire_at: dict[tuple[str, int], int] = field(default_factory=dict)
     extra: dict[str, dict[str, float]] = field(default_factory=dict)  # key suffix -> additive fields
+    # Shadow pairing: halves that start / stop waiting, stored per source partition.
+    pending_set: dict[str, str] = field(default_factory=dict)
+    pending_del: set[str] = field(default_factory=set)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -45,16 +51,28 @@ class BatchDelta:
             mine = self.extra.setdefault(key, {})
             for name, value in fields.items():
                 mine[name] = mine.get(name, 0) + value
+        for pair_id in other.pending_del:
+            self.pending_set.pop(pair_id, None)
+        self.pending_del |= other.pending_del
+        for pair_id, text in other.pending_set.items():
+            self.pending_set[pair_id] = text
+            self.pending_del.discard(pair_id)
         return self
 
     @property
     def empty(self) -> bool:
-        return not (self.windows or self.totals or self.counters or self.extra)
+        return not (self.windows or self.totals or self.counters or self.extra
+                    or self.pending_set or self.pending_del)
 
 
 def fold(traces: Iterable[Trace], slicer: Slicer, now: float,
-         resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS, delta: BatchDelta | None = None) -> BatchDelta:
-    """Fold validated traces (each with a ``ts``) into ``delta`` (a new one by default)."""
+         resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS, delta: BatchDelta | None = None,
+         pairer: "Pairer | None" = None) -> BatchDelta:
+    """Fold validated traces (each with a ``ts``) into ``delta`` (a new one by default).
+
+    With a :class:`~monitor.pairing.Pairer`, shadow pairs are joined too and
+    halves waiting past its TTL at ``now`` are expired.
+    """
     delta = delta if delta is not None else BatchDelta()
     windows, totals = delta.windows, delta.totals
     folded = 0
@@ -81,4 +99,8 @@ def fold(traces: Iterable[Trace], slicer: Slicer, now: float,
         delta.count("traces")
         if trace.ts > delta.last_seen.get(sid, 0.0):
             delta.last_seen[sid] = trace.ts
+        if pairer is not None:
+            pairer.offer(trace, key, delta)
+    if pairer is not None:
+        pairer.expire(now, delta)
     return delta

@@ -48,6 +48,8 @@ class Store(Protocol):
 
     def extra(self, prefix: str) -> dict[str, dict[str, float]]: ...
 
+    def pending(self, source: str) -> dict[str, str]: ...
+
 
 def select(slice_ids: Sequence[str], selector: Mapping[str, str] | None) -> list[str]:
     """The ids whose slice matches every ``dim: value`` of ``selector``."""
@@ -74,6 +76,7 @@ class MemoryStore:
         self._last_seen: dict[str, float] = {}
         self._offsets: dict[str, int] = {}
         self._extra: dict[str, dict[str, float]] = {}
+        self._pending: dict[str, dict[str, str]] = {}
 
     def apply(self, delta: BatchDelta, source: str | None = None, first_offset: int | None = None,
               last_offset: int | None = None) -> bool:
@@ -93,6 +96,11 @@ class MemoryStore:
             mine = self._extra.setdefault(key, {})
             for name, value in fields.items():
                 mine[name] = mine.get(name, 0) + value
+        if delta.pending_set or delta.pending_del:
+            waiting = self._pending.setdefault(source or "", {})
+            for pair_id in delta.pending_del:
+                waiting.pop(pair_id, None)
+            waiting.update(delta.pending_set)
         if source is not None and last_offset is not None:
             self._offsets[source] = max(last_offset, self._offsets.get(source, -1))
         return True
@@ -138,3 +146,6 @@ class MemoryStore:
 
     def extra(self, prefix: str) -> dict[str, dict[str, float]]:
         return {k: dict(v) for k, v in self._extra.items() if k.startswith(prefix)}
+
+    def pending(self, source: str) -> dict[str, str]:
+        return dict(self._pending.get(source, {}))

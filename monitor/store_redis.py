@@ -9,7 +9,8 @@ Key layout (``P`` = key prefix, default ``fleetmon``):
 ``P:counters``                            hash, ``traces``, ``dlq``, ``late``, ``folded:<dim>``
 ``P:offsets``                             hash, ``<topic>:<partition>`` → last applied offset
 ``P:dims:<dim>``                          set, admitted values of a slice dimension
-``P:x:<name>``                            hash, additive extras (pairing state, evidence)
+``P:x:<name>``                            hash, additive extras (paired evidence per comparison)
+``P:pending:<topic>:<partition>``         hash, pair_id → the half of a shadow pair still waiting
 ========================================  =========================================
 
 A batch is applied by one Lua script (one round trip, atomic): if the
@@ -50,6 +51,8 @@ for key, fields in pairs(ops.f) do
 end
 for key, at in pairs(ops.x) do redis.call('EXPIREAT', key, string.format('%.0f', at)) end
 for member, score in pairs(ops.z) do redis.call('ZADD', ops.zkey, 'GT', score, member) end
+for _, field in ipairs(ops.pd) do redis.call('HDEL', ops.pkey, field) end
+for field, value in pairs(ops.ps) do redis.call('HSET', ops.pkey, field, value) end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
 return {1, ARGV[3]}
 """
@@ -117,7 +120,7 @@ class RedisStore:
         return f"{self.prefix}:t:{sid}"
 
     # -- writing ------------------------------------------------------------------
-    def payload(self, delta: BatchDelta) -> str:
+    def payload(self, delta: BatchDelta, source: str | None = None) -> str:
         ints: dict[str, dict[str, float]] = {}
         floats: dict[str, dict[str, float]] = {}
         expire_at: dict[str, int] = {}
@@ -135,16 +138,21 @@ class RedisStore:
         if delta.counters:
             ints[f"{self.prefix}:counters"] = dict(delta.counters)
         for key, fields in delta.extra.items():
-            for name, value in fields.items():
-                target = ints if float(value).is_integer() and not name.endswith(("_usd", "_seconds", "_sq")) else floats
-                target.setdefault(f"{self.prefix}:x:{key}", {})[name] = value
+            floats.setdefault(f"{self.prefix}:x:{key}", {}).update(fields)  # extras: all HINCRBYFLOAT
         return json.dumps({"i": ints, "f": floats, "x": expire_at, "z": delta.last_seen,
-                           "zkey": f"{self.prefix}:slices"})
+                           "zkey": f"{self.prefix}:slices", "pkey": self.pending_key(source),
+                           "ps": delta.pending_set, "pd": sorted(delta.pending_del)})
+
+    def pending_key(self, source: str | None) -> str:
+        return f"{self.prefix}:pending:{source or ''}"
+
+    def pending(self, source: str) -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in self.client.hgetall(self.pending_key(source)).items()}
 
     def apply(self, delta: BatchDelta, source: str | None = None, first_offset: int | None = None,
               last_offset: int | None = None) -> bool:
         args = [source or "", "" if first_offset is None else first_offset,
-                "" if last_offset is None else last_offset, self.payload(delta)]
+                "" if last_offset is None else last_offset, self.payload(delta, source)]
         try:
             applied, _ = self._apply(keys=[f"{self.prefix}:offsets"], args=args)
         except redis.RedisError as exc:

@@ -12,7 +12,8 @@ Guarantees and assumptions
   units grows, assuming units are i.i.d.; with few units (say < 20) the
   interval is too narrow.
 * Monte-Carlo error: results depend on ``n_resamples`` and ``seed``; a fixed
-  integer seed makes them reproducible (None draws fresh OS entropy).
+  integer seed makes them reproducible (None draws fresh OS entropy; a
+  numpy Generator is also accepted and advanced).
 * Memory: index matrices are drawn in chunks of at most ~4M entries
   (``_MAX_CHUNK_ENTRIES``), so memory stays bounded for any n_resamples.
 * Empty input (zero units) returns nan for the point, the bounds and the p.

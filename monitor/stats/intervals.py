@@ -27,7 +27,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from scipy.special import betaincinv, ndtri
+from scipy.special import betainccinv, betaincinv, ndtri
 
 __all__ = [
     "METHOD_CLOPPER_PEARSON",
@@ -143,9 +143,9 @@ def clopper_pearson_interval(
         return EMPTY_INTERVAL
     tail = (1.0 - confidence) / 2.0
     low = 0.0 if successes == 0 else float(betaincinv(successes, n - successes + 1, tail))
-    # Upper bound through the mirror identity Beta(a, b) <-> 1 - Beta(b, a), which
-    # keeps full precision in the upper tail.
-    high = 1.0 if successes == n else 1.0 - float(betaincinv(n - successes, successes + 1, tail))
+    # Upper bound: the upper-tail inverse, not ppf(1 - tail), keeps full relative
+    # precision when the bound is tiny (safety rates near 0 over large n).
+    high = 1.0 if successes == n else float(betainccinv(successes + 1, n - successes, tail))
     return min(max(low, 0.0), 1.0), min(max(high, 0.0), 1.0)
 
 

@@ -1,0 +1,91 @@
+"""``fleetmon exporter``: serve the Prometheus exporter over a Redis store.
+
+Heavy imports (redis, prometheus_client) happen inside the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_TOPIC = "fleetmon.traces"
+
+
+def _load_extra(spec: str, store: Any, prices: Any) -> Any:
+    """``module:attr`` → the collector ``attr(store, prices)`` returns."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--extra must look like package.module:factory, got {spec!r}")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--extra {spec}: cannot load it: {exc}") from exc
+    return factory(store, prices)
+
+
+def cmd_exporter(args: argparse.Namespace) -> int:
+    import logging
+
+    from monitor.exporter import KafkaLag, serve
+    from monitor.pricing import PriceMap, PricingError
+    from monitor.store import StoreError
+    from monitor.store_redis import RedisStore
+    from monitor.windows import parse_duration
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        prices = PriceMap.load(args.price_map)
+        active_window = parse_duration(args.active_window)
+        store = RedisStore.from_url(args.redis, prefix=args.prefix)
+        extras = [_load_extra(spec, store, prices) for spec in args.extra or ()]
+    except (PricingError, StoreError, ValueError) as exc:
+        print(f"fleetmon exporter: {exc}", file=sys.stderr)
+        return 2
+    bootstrap = args.kafka_bootstrap or os.environ.get("FLEETMON_KAFKA_BOOTSTRAP")
+    topics = [t for t in (args.topic or os.environ.get("FLEETMON_TOPIC") or DEFAULT_TOPIC).split(",") if t]
+    lag = KafkaLag(bootstrap, topics) if bootstrap else None
+    try:
+        server = serve(store, prices, args.port, args.host, active_window_seconds=active_window,
+                       extra_collectors=extras, consumer_lag=lag)
+    except OSError as exc:
+        print(f"fleetmon exporter: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    host, port = server.server_address[:2]
+    print(f"fleetmon exporter: serving http://{host}:{port}/metrics (redis {args.redis}, prefix "
+          f"{args.prefix!r}, consumer lag {'from ' + bootstrap if bootstrap else 'off'})",
+          file=sys.stderr, flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    if lag is not None:
+        lag.close()
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("exporter", help="serve Prometheus metrics read from the Redis store at scrape time")
+    p.add_argument("--port", type=int, default=9464, help="TCP port (default 9464)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--redis", default=os.environ.get("FLEETMON_REDIS_URL", DEFAULT_REDIS_URL),
+                   help=f"Redis URL (default $FLEETMON_REDIS_URL or {DEFAULT_REDIS_URL})")
+    p.add_argument("--prefix", default="fleetmon", help="Redis key prefix of the store (default fleetmon)")
+    p.add_argument("--price-map", help="TOML price map (default: the bundled map)")
+    p.add_argument("--active-window", default="2h",
+                   help="slices with traffic this recent get windowed gauges (default 2h)")
+    p.add_argument("--kafka-bootstrap", help="Kafka bootstrap servers for fleetmon_consumer_lag "
+                   "(default $FLEETMON_KAFKA_BOOTSTRAP; off when neither is set)")
+    p.add_argument("--topic", help=f"topic(s) whose lag to report, comma-separated (default $FLEETMON_TOPIC "
+                   f"or {DEFAULT_TOPIC})")
+    p.add_argument("--extra", action="append", metavar="MODULE:FACTORY",
+                   help="add the collector FACTORY(store, prices) returns (repeatable), e.g. the "
+                   "fleetmon_comparison_* metrics")
+    p.set_defaults(func=cmd_exporter)
