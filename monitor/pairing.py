@@ -9,7 +9,8 @@ additive :class:`~alerts.evidence.PairedCounts` fields for its comparison
 
 * ``all`` — the whole comparison, and
 * one slice per non-release dimension value (``task_type=refund``,
-  ``tenant=acme``, ...), taken from the baseline half's guarded slice.
+  ``tenant=acme``, ...), taken from the baseline half's guarded slice
+  (``unknown`` values are left out: they would repeat ``all``).
 
 Counts are cumulative from the first pair of a comparison (the anytime-valid
 tests need the whole sequence). A half waiting longer than ``ttl_seconds``
@@ -29,7 +30,7 @@ from urllib.parse import quote, unquote
 from monitor.fold import BatchDelta
 from monitor.pricing import PriceMap
 from monitor.schema import Trace
-from monitor.slices import SliceKey, slice_id
+from monitor.slices import UNKNOWN, SliceKey, slice_id
 
 PAIR_PREFIX = "pair:"
 PAIRED_ARMS = ("baseline", "shadow")
@@ -76,7 +77,7 @@ def comparison_slices(key: SliceKey) -> tuple[str, ...]:
     """``""`` (all) plus one single-dimension slice id per non-release dimension."""
     out = [""]
     for dim, value in key:
-        if dim not in COMPARISON_DIMENSIONS_EXCLUDED:
+        if dim not in COMPARISON_DIMENSIONS_EXCLUDED and value != UNKNOWN:
             out.append(slice_id(((dim, value),)))
     return tuple(out)
 
