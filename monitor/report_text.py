@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Mapping
+
+from monitor.fmt import fixed
 
 
 def _num(value: Any, fmt: str = ".3f") -> str:
@@ -15,11 +16,7 @@ def _num(value: Any, fmt: str = ".3f") -> str:
     if isinstance(value, float) and math.isnan(value):
         return "nan"
     if isinstance(value, float) and fmt.endswith("f"):
-        # Round half up on the shortest decimal repr (0.20875 -> 0.2088), as
-        # a reader rounding the printed figure by hand would.
-        places = int(fmt.rstrip("f").lstrip("+")[1:] or 0)
-        rounded = Decimal(repr(value)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
-        return ("+" if fmt.startswith("+") and rounded >= 0 else "") + f"{rounded:f}"
+        return fixed(value, int(fmt.rstrip("f").lstrip("+")[1:] or 0), sign=fmt.startswith("+"))
     return format(value, fmt)
 
 

@@ -13,6 +13,8 @@ import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from monitor.fmt import fixed
+
 __all__ = [
     "Point",
     "dominates",
@@ -74,11 +76,11 @@ def pareto_frontier(points: Iterable[Point]) -> list[Point]:
 
 
 def _usd(cost: float) -> str:
-    return "$inf (none solved)" if math.isinf(cost) else f"${cost:.4f}"
+    return "$inf (none solved)" if math.isinf(cost) else f"${fixed(cost, 4)}"
 
 
 def _rate(success: float) -> str:
-    return f"{success:.3f}"
+    return fixed(success, 3)
 
 
 def pareto_verdict(a: Point, b: Point) -> str:
