@@ -8,6 +8,9 @@ watermark — the batch, or part of it, was already applied. Callers that may
 see a partly applied batch re-read :meth:`Store.applied_offset` and drop the
 records at or below it before folding again.
 
+Small JSON documents (the alert engine's lifecycle state) are kept with
+``get_state`` / ``put_state`` so a restarted engine neither re-pages nor forgets.
+
 Reads: the active slices (with their last event time), the merged aggregate
 per slice over the windows of a resolution overlapping ``[start, end)``, the
 cumulative per-slice totals and the pipeline counters.
@@ -15,6 +18,7 @@ cumulative per-slice totals and the pipeline counters.
 
 from __future__ import annotations
 
+import json
 from typing import Mapping, Protocol, Sequence
 
 from monitor.aggregate import Aggregate
@@ -50,6 +54,10 @@ class Store(Protocol):
 
     def pending(self, source: str) -> dict[str, str]: ...
 
+    def get_state(self, name: str) -> dict | None: ...
+
+    def put_state(self, name: str, state: dict) -> None: ...
+
 
 def select(slice_ids: Sequence[str], selector: Mapping[str, str] | None) -> list[str]:
     """The ids whose slice matches every ``dim: value`` of ``selector``."""
@@ -77,6 +85,7 @@ class MemoryStore:
         self._offsets: dict[str, int] = {}
         self._extra: dict[str, dict[str, float]] = {}
         self._pending: dict[str, dict[str, str]] = {}
+        self._state: dict[str, str] = {}
 
     def apply(self, delta: BatchDelta, source: str | None = None, first_offset: int | None = None,
               last_offset: int | None = None) -> bool:
@@ -149,3 +158,10 @@ class MemoryStore:
 
     def pending(self, source: str) -> dict[str, str]:
         return dict(self._pending.get(source, {}))
+
+    def get_state(self, name: str) -> dict | None:
+        text = self._state.get(name)
+        return None if text is None else json.loads(text)
+
+    def put_state(self, name: str, state: dict) -> None:
+        self._state[name] = json.dumps(state)  # a copy, as Redis would keep

@@ -11,6 +11,7 @@ Key layout (``P`` = key prefix, default ``fleetmon``):
 ``P:dims:<dim>``                          set, admitted values of a slice dimension
 ``P:x:<name>``                            hash, additive extras (paired evidence per comparison)
 ``P:pending:<topic>:<partition>``         hash, pair_id → the half of a shadow pair still waiting
+``P:state:<name>``                        string, JSON state (the alert engine's lifecycle)
 ========================================  =========================================
 
 A batch is applied by one Lua script (one round trip, atomic): if the
@@ -219,6 +220,19 @@ class RedisStore:
             name = key.decode()[len(base):]
             out[name] = {k.decode(): float(v) for k, v in self.client.hgetall(key).items()}
         return out
+
+    def get_state(self, name: str) -> dict | None:
+        try:
+            text = self.client.get(f"{self.prefix}:state:{name}")
+        except redis.RedisError as exc:
+            raise StoreError(f"reading state {name!r} from Redis failed: {exc}") from exc
+        return None if text is None else json.loads(text)
+
+    def put_state(self, name: str, state: dict) -> None:
+        try:
+            self.client.set(f"{self.prefix}:state:{name}", json.dumps(state))
+        except redis.RedisError as exc:
+            raise StoreError(f"writing state {name!r} to Redis failed: {exc}") from exc
 
     def clear(self) -> int:
         """Delete every key under the prefix (used by rebuild); returns how many."""
