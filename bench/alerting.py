@@ -1,0 +1,229 @@
+"""Alerting bench: false alarms under continuous A/A monitoring, and time to detect real drops.
+
+Run: ``.venv/bin/python bench/alerting.py [--quick]``. Pure simulation (numpy), seeded; about 10 s
+on 2 cores. Prints a human table, then as its LAST line one JSON object.
+
+(a) Shadow A/A: 1,000 simulated days at 1 pair/s, success p = 0.7 in both arms with pairing
+    correlation 0.5 (≈ 21% discordant pairs), checked every minute (1,440 looks/day). A day
+    is a false alarm if the always-valid McNemar e-value ever reaches 1/α = 20. Next to it:
+    naively re-running an exact two-sided McNemar (binomial, p < 0.05) every minute.
+(b) Detection of 2/5/10-point drops (decide.py's rule: e-value >= 1/α AND drop estimate >=
+    the 2-point floor): median pairs to detect (looks every 10 pairs, 200 runs, horizon
+    50,000 pairs) and median minutes at 1 and 10 pairs/s (looks every minute, horizon 1 day),
+    next to the fixed-horizon McNemar sample size for 80% power at two-sided α = 0.05
+    (Connor 1987: n = [z_{α/2}·sqrt(ψ) + z_β·sqrt(ψ − δ²)]² / δ², ψ = discordance, δ = the
+    drop; checked by exact simulation for the 5-point drop).
+(c) Canary A/A under a traffic-mix shift (stratified e-value vs a naive pooled z-test), and
+    a rare harmful-action A/A (stratified "greater" e-value).
+(d) Cost A/A: skewed (log-normal) paired cost deltas, one-sided normal-mixture e-value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import numpy as np
+from scipy import stats
+
+from alerts import sequential as seq
+from alerts.decide import Policy
+from alerts.evidence import ArmCounts, CanaryStrata
+from alerts.sim import discordant_counts, paired_cell_probs
+
+ALPHA = 0.05
+P_BASE, CORR = 0.7, 0.5
+POLICY = Policy()
+FLOOR = POLICY.floors.success_points
+LOG_THRESHOLD = math.log(1 / ALPHA)
+
+
+def shadow_aa(days: int, seed: int) -> dict[str, float]:
+    """(a): per-minute multinomial draws, cumulated; e-value and naive McNemar at every minute."""
+    fired = fired_floor = naive = naive_end = 0
+    for chunk_seed, n_days in enumerate(np.array_split(np.arange(days), max(1, days // 250))):
+        b, c = discordant_counts(len(n_days), 1440, 60, P_BASE, P_BASE, CORR, seed=(seed, chunk_seed))
+        b_cum, c_cum = np.cumsum(b, 1), np.cumsum(c, 1)
+        n = 60 * np.arange(1, 1441)
+        log_e = seq.log_paired_mixture_e_value(b_cum, c_cum, POLICY.prior_a, POLICY.prior_b, "less")
+        crossed = log_e >= LOG_THRESHOLD
+        fired += int(crossed.any(1).sum())
+        fired_floor += int((crossed & ((b_cum - c_cum) / n >= FLOOR)).any(1).sum())
+        d = b_cum + c_cum
+        p_naive = np.minimum(1.0, 2.0 * stats.binom.cdf(np.minimum(b_cum, c_cum), d, 0.5))
+        naive += int((p_naive < ALPHA).any(1).sum())
+        naive_end += int((p_naive[:, -1] < ALPHA).sum())
+    return {"false_alarm_rate": fired / days, "false_alarm_rate_with_floor": fired_floor / days,
+            "naive_false_alarm_rate": naive / days, "naive_single_look_rate": naive_end / days}
+
+
+def first_detection(b: np.ndarray, c: np.ndarray, pairs_per_step: int) -> np.ndarray:
+    """Step index (1-based) of the first look where decide.py's success rule fires; inf if never."""
+    b_cum, c_cum = np.cumsum(b, 1), np.cumsum(c, 1)
+    n = pairs_per_step * np.arange(1, b.shape[1] + 1)
+    log_e = seq.log_paired_mixture_e_value(b_cum, c_cum, POLICY.prior_a, POLICY.prior_b, "less")
+    fires = (log_e >= LOG_THRESHOLD) & ((b_cum - c_cum) / n >= FLOOR)
+    return np.where(fires.any(1), fires.argmax(1) + 1.0, np.inf)
+
+
+def fixed_horizon_pairs(drop: float) -> tuple[int, float, float]:
+    """Connor (1987) McNemar sample size for 80% power, two-sided α; returns (n, ψ, δ)."""
+    _, p10, p01, _ = paired_cell_probs(P_BASE, P_BASE - drop, CORR)
+    psi, delta = p10 + p01, p10 - p01
+    z_a, z_b = stats.norm.ppf(1 - ALPHA / 2), stats.norm.ppf(0.8)
+    return math.ceil((z_a * math.sqrt(psi) + z_b * math.sqrt(psi - delta ** 2)) ** 2 / delta ** 2), psi, delta
+
+
+def fixed_horizon_power(drop: float, n: int, runs: int, seed: int) -> float:
+    """Exact-McNemar power at n pairs by simulation (checks the formula)."""
+    rng = np.random.default_rng(seed)
+    cells = paired_cell_probs(P_BASE, P_BASE - drop, CORR)
+    draws = rng.multinomial(n, cells, size=runs)
+    b, c = draws[:, 1], draws[:, 2]
+    p = np.minimum(1.0, 2.0 * stats.binom.cdf(np.minimum(b, c), b + c, 0.5))
+    return float(np.mean(p < ALPHA))
+
+
+def detection(runs: int, seed: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for drop in (0.02, 0.05, 0.10):
+        tag = f"{round(drop * 100)}pt"
+        b, c = discordant_counts(runs, 5000, 10, P_BASE, P_BASE - drop, CORR, seed=(seed, 1, round(drop * 100)))
+        steps = first_detection(b, c, 10)
+        out[f"pairs_to_detect_{tag}"] = float(np.median(steps) * 10)
+        out[f"detected_within_50k_pairs_{tag}"] = float(np.mean(np.isfinite(steps)))
+        for rate in (1, 10):
+            b, c = discordant_counts(runs, 1440, 60 * rate, P_BASE, P_BASE - drop, CORR,
+                                     seed=(seed, 2, rate, round(drop * 100)))
+            minutes = first_detection(b, c, 60 * rate)
+            out[f"minutes_to_detect_{tag}_{rate}ps"] = float(np.median(minutes))
+            out[f"detected_within_day_{tag}_{rate}ps"] = float(np.mean(np.isfinite(minutes)))
+        n_fixed, psi, _ = fixed_horizon_pairs(drop)
+        out[f"fixed_horizon_pairs_{tag}"] = n_fixed
+        out[f"discordance_{tag}"] = round(psi, 4)
+    out["fixed_horizon_power_check_5pt"] = fixed_horizon_power(0.05, int(out["fixed_horizon_pairs_5pt"]), 4000, seed)
+    return out
+
+
+def _stratified_log_e(nb, xb, nc, xc, outcome_alt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised ``seq.stratified_difference`` + normal-mixture e-value; arrays (..., strata)."""
+    usable = (nb > 0) & (nc > 0)
+    n_c = np.where(usable, nc, 0).sum(-1)
+    n_b = np.where(usable, nb, 0).sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(usable, nc / np.maximum(n_c[..., None], 1), 0.0)
+        diff = np.where(usable, xc / np.maximum(nc, 1) - xb / np.maximum(nb, 1), 0.0)
+        pb, pc = (xb + 0.5) / (nb + 1), (xc + 0.5) / (nc + 1)
+        var = (w * w * np.where(usable, pc * (1 - pc) / np.maximum(nc, 1) + pb * (1 - pb) / np.maximum(nb, 1),
+                                0.0)).sum(-1)
+        delta = (w * diff).sum(-1)
+        z = np.where(var > 0, delta / np.sqrt(var), 0.0)
+    log_e = seq.log_normal_mixture_e_value(z, np.maximum(n_c, 1), seq.rho2_for_target(POLICY.target_n, ALPHA),
+                                           outcome_alt)
+    return np.where(n_c > 0, log_e, 0.0), n_b, n_c
+
+
+def _canary_chunk(days: int, rng: np.random.Generator) -> tuple[int, int, int]:
+    p = np.array([0.9, 0.7, 0.4])
+    mix_b, mix_c = np.array([0.2, 0.5, 0.3]), np.array([0.6, 0.3, 0.1])
+    shape = (days, 1440)
+    nb = np.cumsum(rng.multinomial(540, mix_b, size=shape), 1)
+    nc = np.cumsum(rng.multinomial(60, mix_c, size=shape), 1)
+    xb = np.cumsum(rng.binomial(np.diff(nb, axis=1, prepend=0), p), 1)
+    xc = np.cumsum(rng.binomial(np.diff(nc, axis=1, prepend=0), p), 1)
+    log_e, n_b, n_c = _stratified_log_e(nb, xb, nc, xc, "less")
+    eligible = (n_c >= POLICY.min_pairs) & (n_b >= POLICY.min_pairs)
+    # cross-check the vectorised formula against the library on a few points
+    for d, m in ((0, 10), (days // 2, 700), (days - 1, 1439)):
+        strata = CanaryStrata({str(s): (ArmCounts(int(nb[d, m, s]), int(xb[d, m, s]), 0),
+                                        ArmCounts(int(nc[d, m, s]), int(xc[d, m, s]), 0)) for s in range(3)})
+        lib = math.log(seq.stratified_canary_e_value(strata, "less", alpha=ALPHA, target_n=POLICY.target_n))
+        assert abs(lib - log_e[d, m]) < 1e-9, (lib, log_e[d, m])
+    pooled_b, pooled_c = xb.sum(-1) / nb.sum(-1), xc.sum(-1) / nc.sum(-1)
+    pooled = (xb.sum(-1) + xc.sum(-1)) / (nb.sum(-1) + nc.sum(-1))
+    z = (pooled_c - pooled_b) / np.sqrt(pooled * (1 - pooled) * (1 / nb.sum(-1) + 1 / nc.sum(-1)))
+    # rare harmful actions (0.2% in both arms), stratified "greater" e-value
+    hb = np.cumsum(rng.binomial(np.diff(nb, axis=1, prepend=0), 0.002), 1)
+    hc = np.cumsum(rng.binomial(np.diff(nc, axis=1, prepend=0), 0.002), 1)
+    log_h, _, _ = _stratified_log_e(nb, hb, nc, hc, "greater")
+    return (int(((log_e >= LOG_THRESHOLD) & eligible).any(1).sum()), int((np.abs(z) >= 1.96).any(1).sum()),
+            int(((log_h >= LOG_THRESHOLD) & eligible).any(1).sum()))
+
+
+def canary_aa(days: int, seed: int) -> dict[str, float]:
+    """(c): baseline 9 traces/s, canary 1 trace/s, checked every minute; strata easy/medium/hard
+    (success 0.9/0.7/0.4) with equal rates in both arms but a very different mix (baseline
+    20/50/30%, canary 60/30/10%): the pooled canary rate is 13 points higher, the stratified 0."""
+    rng = np.random.default_rng((seed, 3))
+    totals = np.zeros(3, dtype=int)
+    for chunk in np.array_split(np.arange(days), max(1, days // 100)):
+        totals += _canary_chunk(len(chunk), rng)
+    return {"canary_false_alarm_rate": totals[0] / days, "canary_naive_pooled_false_alarm_rate": totals[1] / days,
+            "canary_harm_false_alarm_rate": totals[2] / days}
+
+
+def cost_aa(days: int, seed: int) -> dict[str, float]:
+    """(d): per pair, baseline and candidate cost log-normal (median $0.01, sdlog 0.8) with
+    correlated log-costs (0.6); the delta is skewed and heavy-tailed, mean 0. 1 pair/s, minutely."""
+    rng = np.random.default_rng((seed, 4))
+    rho2 = seq.rho2_for_target(POLICY.target_n, ALPHA)
+    fired = 0
+    for chunk in np.array_split(np.arange(days), max(1, days // 25)):
+        z1 = rng.standard_normal((len(chunk), 1440, 60))
+        z2 = 0.6 * z1 + 0.8 * rng.standard_normal((len(chunk), 1440, 60))
+        delta = np.exp(math.log(0.01) + 0.8 * z2) - np.exp(math.log(0.01) + 0.8 * z1)
+        n = 60 * np.arange(1, 1441)
+        s, ss = np.cumsum(delta.sum(-1), 1), np.cumsum((delta ** 2).sum(-1), 1)
+        mean = s / n
+        var = np.maximum(ss / n - mean ** 2, 1e-300)
+        log_e = seq.log_normal_mixture_e_value(mean / np.sqrt(var / n), n, rho2, "greater")
+        fired += int(((log_e >= LOG_THRESHOLD) & (n >= POLICY.min_pairs)).any(1).sum())
+    return {"cost_false_alarm_rate": fired / days}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10x fewer simulated days/runs (smoke run)")
+    parser.add_argument("--seed", type=int, default=20250101)
+    args = parser.parse_args()
+    scale = 10 if args.quick else 1
+    t0 = time.perf_counter()
+    res: dict[str, float] = {"bench": "alerting", "alpha": ALPHA, "aa_days": 1000 // scale,
+                             "detection_runs": 200 // scale}
+    res.update(shadow_aa(1000 // scale, args.seed))
+    res.update(detection(200 // scale, args.seed))
+    res.update(canary_aa(1000 // scale, args.seed))
+    res.update(cost_aa(1000 // scale, args.seed))
+    for key, days in (("false_alarm_rate", res["aa_days"]), ("canary_false_alarm_rate", 1000 // scale),
+                      ("canary_harm_false_alarm_rate", 1000 // scale), ("cost_false_alarm_rate", 1000 // scale)):
+        # one-sided 95% Clopper-Pearson upper bound on the simulated rate
+        res[f"{key}_upper95"] = round(float(stats.beta.ppf(0.95, res[key] * days + 1, days - res[key] * days)), 4)
+    res["seconds"] = round(time.perf_counter() - t0, 1)
+
+    print(f"shadow A/A: {res['aa_days']} days x 1,440 looks, p=0.7 both arms, corr {CORR} "
+          f"(discordance {res['discordance_2pt']:.0%} at a 2-point drop)")
+    print(f"  {'always-valid McNemar (e >= 20)':<44}{res['false_alarm_rate']:>8.3f}"
+          f"  (95% upper bound {res['false_alarm_rate_upper95']:.3f})")
+    print(f"  {'  ... and drop >= 2-point floor (alert)':<44}{res['false_alarm_rate_with_floor']:>8.3f}")
+    print(f"  {'naive exact McNemar p<0.05 every minute':<44}{res['naive_false_alarm_rate']:>8.3f}")
+    print(f"  {'naive exact McNemar, one look at day end':<44}{res['naive_single_look_rate']:>8.3f}")
+    print(f"detection ({res['detection_runs']} runs each; median):")
+    print(f"  {'drop':<6}{'pairs':>8}{'min@1/s':>9}{'min@10/s':>10}{'fixed-n 80%':>13}{'found':>7}")
+    for tag in ("2pt", "5pt", "10pt"):
+        print(f"  {tag:<6}{res[f'pairs_to_detect_{tag}']:>8.0f}{res[f'minutes_to_detect_{tag}_1ps']:>9.0f}"
+              f"{res[f'minutes_to_detect_{tag}_10ps']:>10.0f}{res[f'fixed_horizon_pairs_{tag}']:>13}"
+              f"{res[f'detected_within_50k_pairs_{tag}']:>7.0%}")
+    print(f"  exact-McNemar power at the fixed n (5pt, simulated): {res['fixed_horizon_power_check_5pt']:.3f}")
+    print(f"canary A/A with mix shift ({1000 // scale} days): stratified {res['canary_false_alarm_rate']:.3f} "
+          f"(upper95 {res['canary_false_alarm_rate_upper95']:.3f}), naive pooled z-test "
+          f"{res['canary_naive_pooled_false_alarm_rate']:.3f}; rare-harm stratified "
+          f"{res['canary_harm_false_alarm_rate']:.3f}")
+    print(f"cost A/A, log-normal deltas ({1000 // scale} days): {res['cost_false_alarm_rate']:.3f} "
+          f"(upper95 {res['cost_false_alarm_rate_upper95']:.3f})    [{res['seconds']} s]")
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
