@@ -1,0 +1,300 @@
+"""``fleetmon.toml``: one configuration file for every component, with environment overrides.
+
+Every key can be overridden by ``FLEETMON_<SECTION>_<KEY>`` (upper case), e.g.
+``FLEETMON_KAFKA_BOOTSTRAP``, ``FLEETMON_REDIS_URL``, ``FLEETMON_ALERTS_ALPHA``.
+Values from the environment are parsed as the key's type (lists are
+comma-separated). Validation happens at start and names the key, the value
+and what is allowed; unknown keys are errors (a typo must not be ignored).
+
+Secrets (``kafka.sasl_password``, ``kafka.ssl_password``, the password in
+``redis.url``, ``notifiers.webhook_secret``) never appear in ``repr``, logs
+or ``/metrics``: :meth:`Config.redacted` is what may be shown.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+from monitor.slices import DEFAULT_DIMENSIONS
+from monitor.windows import parse_duration
+
+SECRET_KEYS = frozenset(("sasl_password", "ssl_password", "webhook_secret"))
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; names key, value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap: str = "localhost:9092"
+    topic: str = "fleetmon.traces"
+    dlq_topic: str = "fleetmon.traces.dlq"
+    group_id: str = "fleetmon"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: str = field(default="", repr=False)
+    ssl_cafile: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    ssl_password: str = field(default="", repr=False)
+
+    def client_options(self) -> dict[str, Any]:
+        """Security settings passed through to kafka-python / aiokafka clients (same names)."""
+        out: dict[str, Any] = {"security_protocol": self.security_protocol}
+        for key in ("sasl_mechanism", "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        if self.sasl_username:
+            out["sasl_plain_username"] = self.sasl_username
+            out["sasl_plain_password"] = self.sasl_password
+        return out
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    url: str = field(default="redis://localhost:6379/0", repr=False)
+    prefix: str = "fleetmon"
+
+
+@dataclass(frozen=True)
+class SlicesConfig:
+    dimensions: tuple[str, ...] = DEFAULT_DIMENSIONS
+    max_values: int = 100
+
+
+@dataclass(frozen=True)
+class WindowsConfig:
+    minute_retention: str = "48h"
+    hour_retention: str = "35d"
+
+
+@dataclass(frozen=True)
+class PricingConfig:
+    price_map: str = ""  # empty: the bundled default map
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    alpha: float = 0.05
+    success_floor: float = 0.02
+    cost_floor: float = 0.10
+    latency_floor: float = 0.10
+    harmful_threshold: float = -1.0      # < 0: off
+    over_refusal_threshold: float = -1.0  # < 0: off
+    interval: str = "10s"
+    pair_ttl: str = "1h"
+    hold: str = "60s"
+    renotify: str = "4h"
+    recovery_min_pairs: int = 1000
+    canary_lookback: str = "6h"
+
+
+@dataclass(frozen=True)
+class NotifiersConfig:
+    alertmanager_url: str = ""
+    webhook_url: str = ""
+    webhook_secret: str = field(default="", repr=False)
+    runbook_base: str = "https://github.com/fleetmon/fleetmon/blob/main/docs/runbook.md"
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    host: str = "127.0.0.1"
+    port: int = 9464
+
+
+@dataclass(frozen=True)
+class Config:
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)
+    slices: SlicesConfig = field(default_factory=SlicesConfig)
+    windows: WindowsConfig = field(default_factory=WindowsConfig)
+    pricing: PricingConfig = field(default_factory=PricingConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    notifiers: NotifiersConfig = field(default_factory=NotifiersConfig)
+    exporter: ExporterConfig = field(default_factory=ExporterConfig)
+    source: str = "defaults"
+
+    def seconds(self, section: str, key: str) -> float:
+        return parse_duration(getattr(getattr(self, section), key))
+
+    def redacted(self) -> dict[str, dict[str, Any]]:
+        """Every setting, with secrets replaced by ``***`` (safe to print or log)."""
+        out: dict[str, dict[str, Any]] = {}
+        for section in SECTIONS:
+            values = {}
+            for f in fields(getattr(self, section)):
+                value = getattr(getattr(self, section), f.name)
+                if f.name in SECRET_KEYS and value:
+                    value = "***"
+                elif section == "redis" and f.name == "url":
+                    value = redact_url(value)
+                values[f.name] = list(value) if isinstance(value, tuple) else value
+            out[section] = values
+        return out
+
+    def __repr__(self) -> str:
+        return f"Config(source={self.source!r}, {self.redacted()!r})"
+
+
+SECTIONS = ("kafka", "redis", "slices", "windows", "pricing", "alerts", "notifiers", "exporter")
+
+
+def redact_url(url: str) -> str:
+    """``redis://:secret@host/0`` → ``redis://:***@host/0``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _coerce(where: str, value: Any, default: Any, from_env: bool) -> Any:
+    kind = type(default)
+    shown = "***" if where.rsplit(".", 1)[-1] in SECRET_KEYS else repr(value)
+    if kind is tuple:
+        if from_env and isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{where} must be a list of non-empty strings, got {shown}")
+        return tuple(value)
+    if kind is bool:
+        if from_env and isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+            return value.lower() in ("true", "1")
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {shown}")
+        return value
+    if kind is int:
+        if from_env and isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigError(f"{where} must be an integer, got {shown}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {shown}")
+        return value
+    if kind is float:
+        if from_env and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{where} must be a number, got {shown}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{where} must be a finite number, got {shown}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, got {shown}")
+    return value
+
+
+def _check(config: Config) -> None:
+    def bad(key: str, value: Any, allowed: str) -> ConfigError:
+        return ConfigError(f"{config.source}: {key} must be {allowed}, got {value!r}")
+
+    k = config.kafka
+    if not k.bootstrap or any(":" not in b for b in k.bootstrap.split(",")):
+        raise bad("kafka.bootstrap", k.bootstrap, "host:port[,host:port...]")
+    if k.security_protocol not in SECURITY_PROTOCOLS:
+        raise bad("kafka.security_protocol", k.security_protocol, "one of " + ", ".join(SECURITY_PROTOCOLS))
+    if k.sasl_mechanism and k.sasl_mechanism not in SASL_MECHANISMS:
+        raise bad("kafka.sasl_mechanism", k.sasl_mechanism, "one of " + ", ".join(SASL_MECHANISMS))
+    if k.security_protocol.startswith("SASL") and not k.sasl_mechanism:
+        raise bad("kafka.sasl_mechanism", k.sasl_mechanism, f"set when security_protocol is {k.security_protocol}")
+    scheme = urlsplit(config.redis.url).scheme
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"{config.source}: redis.url must start with redis://, rediss:// (TLS) or unix://, "
+                          f"got {redact_url(config.redis.url)!r}")
+    if not config.redis.prefix or " " in config.redis.prefix:
+        raise bad("redis.prefix", config.redis.prefix, "a non-empty key prefix without spaces")
+    dims = config.slices.dimensions
+    if not dims or len(set(dims)) != len(dims):
+        raise bad("slices.dimensions", list(dims), "a non-empty list of distinct dimension names")
+    if config.slices.max_values < 1:
+        raise bad("slices.max_values", config.slices.max_values, "an integer >= 1")
+    for section, key in (("windows", "minute_retention"), ("windows", "hour_retention"), ("alerts", "interval"),
+                         ("alerts", "pair_ttl"), ("alerts", "hold"), ("alerts", "renotify"),
+                         ("alerts", "canary_lookback")):
+        value = getattr(getattr(config, section), key)
+        try:
+            parse_duration(value)
+        except ValueError:
+            raise bad(f"{section}.{key}", value, "a duration like 90s, 5m, 2h or 7d") from None
+    if config.seconds("windows", "minute_retention") < 60:
+        raise bad("windows.minute_retention", config.windows.minute_retention, "at least 1m")
+    if config.seconds("windows", "hour_retention") < 3600:
+        raise bad("windows.hour_retention", config.windows.hour_retention, "at least 1h")
+    a = config.alerts
+    if not 0 < a.alpha < 1:
+        raise bad("alerts.alpha", a.alpha, "in (0, 1)")
+    for key in ("success_floor", "cost_floor", "latency_floor"):
+        if getattr(a, key) < 0:
+            raise bad(f"alerts.{key}", getattr(a, key), "a number >= 0")
+    for key in ("harmful_threshold", "over_refusal_threshold"):
+        value = getattr(a, key)
+        if value > 1:
+            raise bad(f"alerts.{key}", value, "a ratio in [0, 1], or negative to turn it off")
+    if a.recovery_min_pairs < 1:
+        raise bad("alerts.recovery_min_pairs", a.recovery_min_pairs, "an integer >= 1")
+    n = config.notifiers
+    for key in ("alertmanager_url", "webhook_url"):
+        value = getattr(n, key)
+        if value and urlsplit(value).scheme not in ("http", "https"):
+            raise bad(f"notifiers.{key}", value, "an http:// or https:// URL, or empty")
+    if n.webhook_url and not n.webhook_secret:
+        raise ConfigError(f"{config.source}: notifiers.webhook_secret must be set when notifiers.webhook_url is "
+                          "(receivers verify the HMAC-SHA256 signature)")
+    if not 0 < config.exporter.port < 65536:
+        raise bad("exporter.port", config.exporter.port, "a TCP port in 1..65535")
+    if config.pricing.price_map and not Path(config.pricing.price_map).is_file():
+        raise bad("pricing.price_map", config.pricing.price_map, "a readable TOML file, or empty for the default")
+
+
+def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Read ``path`` (optional), apply ``FLEETMON_<SECTION>_<KEY>`` overrides, validate."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - set(SECTIONS)
+    if unknown:
+        raise ConfigError(f"{source}: unknown sections {sorted(unknown)}; allowed: {', '.join(SECTIONS)}")
+    config = Config(source=source)
+    for section in SECTIONS:
+        current = getattr(config, section)
+        table = data.get(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: [{section}] must be a table")
+        names = {f.name for f in fields(current)}
+        extra = set(table) - names
+        if extra:
+            raise ConfigError(f"{source}: unknown keys {sorted(extra)} in [{section}]; allowed: {', '.join(sorted(names))}")
+        updates = {}
+        for f in fields(current):
+            default = getattr(current, f.name)
+            if f.name in table:
+                updates[f.name] = _coerce(f"{section}.{f.name}", table[f.name], default, from_env=False)
+            env_key = f"FLEETMON_{section}_{f.name}".upper()
+            if env_key in env:
+                updates[f.name] = _coerce(f"{env_key} ({section}.{f.name})", env[env_key], default, from_env=True)
+        config = replace(config, **{section: replace(current, **updates)})
+    _check(config)
+    return config
