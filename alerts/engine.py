@@ -74,7 +74,9 @@ def _arm_counts(agg: Aggregate) -> ArmCounts:
 
 def canary_evidence(store: Store, now: float, lookback_seconds: float) -> dict[Comparison, dict[SliceKey, CanaryStrata]]:
     """Stratified canary-vs-baseline counts from the 1-minute windows of the lookback."""
-    ids = list(store.active_slices(since=now - lookback_seconds))
+    ids = [sid for sid in store.active_slices(since=now - lookback_seconds)]
+    if not any("arm=canary" in sid for sid in ids):  # cheap test before parsing every id
+        return {}
     parsed = {sid: dict(parse_slice_id(sid)) for sid in ids}
     canaries = {d.get("release") for d in parsed.values() if d.get("arm") == "canary"}
     if not canaries:

@@ -1,0 +1,37 @@
+"""Building the alert engine's parts from a :class:`~monitor.config.Config` (pure)."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from alerts.decide import Floors, Policy
+from alerts.engine import EngineConfig
+from alerts.lifecycle import LifecycleConfig
+from alerts.notifiers import AlertmanagerNotifier, FanOut, Notifier, StdoutNotifier, WebhookNotifier
+from monitor.config import Config
+
+
+def engine_config(config: Config) -> EngineConfig:
+    a = config.alerts
+    policy = Policy(alpha=a.alpha,
+                    floors=Floors(success_points=a.success_floor, cost_relative=a.cost_floor,
+                                  latency_relative=a.latency_floor),
+                    harmful_threshold=a.harmful_threshold if a.harmful_threshold >= 0 else None,
+                    over_refusal_threshold=a.over_refusal_threshold if a.over_refusal_threshold >= 0 else None)
+    lifecycle = LifecycleConfig(for_seconds=config.seconds("alerts", "hold"),
+                                renotify_seconds=config.seconds("alerts", "renotify"),
+                                recovery_min_pairs=a.recovery_min_pairs,
+                                runbook_base=config.notifiers.runbook_base)
+    return EngineConfig(policy=policy, lifecycle=lifecycle,
+                        canary_lookback_seconds=config.seconds("alerts", "canary_lookback"))
+
+
+def notifier(config: Config, stdout: TextIO | None = None, to_stdout: bool = True) -> Notifier:
+    """Stdout JSON lines (unless ``to_stdout`` is False) plus every configured destination."""
+    parts: list[Notifier] = [StdoutNotifier(stdout)] if to_stdout else []
+    n = config.notifiers
+    if n.alertmanager_url:
+        parts.append(AlertmanagerNotifier(n.alertmanager_url))
+    if n.webhook_url:
+        parts.append(WebhookNotifier(n.webhook_url, n.webhook_secret))
+    return FanOut(parts)
