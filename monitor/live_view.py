@@ -80,9 +80,12 @@ def alerts_panel(pipeline: Pipeline, limit: int = 6) -> Panel:
     lines: list[Any] = []
     for alert in firing[:limit]:
         ev = alert["evidence"]
+        e_value = ev.get("e_value")
+        e_text = f"{e_value:.3g}" if isinstance(e_value, (int, float)) else str(e_value)
         lines.append(Text(f"FIRING {alert['alertname']} {ev.get('candidate_release')} vs {ev.get('baseline_release')} "
-                          f"slice {ev.get('slice')}: effect {ev.get('effect'):+.3f} e={ev.get('e_value')}",
-                          style="bold red"))
+                          f"({ev.get('arm')}) slice {ev.get('slice')}: effect {ev.get('effect'):+.3f} "
+                          f"[{ev.get('effect_low'):+.3f}, {ev.get('effect_high'):+.3f}], e-value {e_text}, "
+                          f"n_pairs {ev.get('n_pairs')}", style="bold red"))
     if len(firing) > limit:
         lines.append(Text(f"... and {len(firing) - limit} more firing"))
     recent = [e for e in pipeline.stats.events if e.status == "resolved"][-3:]
