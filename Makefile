@@ -15,7 +15,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 run: install
-	$(BIN)/fleetmon compare examples/compare_demo/A.jsonl examples/compare_demo/B.jsonl
+	$(BIN)/fleetmon run --config fleetmon.toml
 
 services:
 	bash $(SERVICES) start
