@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = frozenset({"faust", "redis", "prometheus_client", "asyncio", "aiokafka", "kafka"})
 
 # Edge modules (or packages of that name) that may talk to Kafka, Redis, HTTP.
-MONITOR_EDGES = frozenset({"cli", "store_redis", "exporter", "emitter", "loaders"})
-ALERTS_EDGE_PREFIXES = ("notifiers", "engine")
+MONITOR_EDGES = frozenset({"cli", "store_redis", "exporter", "exporter_cmd", "emitter", "loaders", "run_cmd"})
+ALERTS_EDGE_PREFIXES = ("notifiers", "engine", "commands")
 EDGE_PREFIX = "edge_"
 
 
