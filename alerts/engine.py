@@ -39,6 +39,7 @@ from monitor.store import Store
 log = logging.getLogger("fleetmon.alerts")
 
 STATE_NAME = "alerts"
+FINDINGS_STATE_NAME = "findings"
 STRATUM_DIMENSION = "task_type"
 _NOT_SLICES = ("release", "arm", "model_id")
 
@@ -150,12 +151,25 @@ class AlertEngine:
                 return []
         self.state = state
         self.store.put_state(self.state_name, state.to_dict())
+        # The exporter (another process) serves these as fleetmon_comparison_* gauges.
+        self.store.put_state(FINDINGS_STATE_NAME, {"ts": now, "findings": findings_snapshot(findings)})
         return events
 
     def firing(self) -> list[Mapping[str, Any]]:
         """Records currently firing (for views and /metrics)."""
         return [{"alertname": r.alertname, "labels": r.labels, "evidence": r.evidence, "starts_at": r.starts_at}
                 for r in self.state.records.values() if r.status == "firing"]
+
+
+def findings_snapshot(findings: Sequence[Finding]) -> list[dict[str, Any]]:
+    """JSON-able rows of what the last evaluation decided (for /metrics in any process)."""
+    rows = []
+    for f in findings:
+        rows.append({"baseline": f.comparison.baseline_release, "candidate": f.comparison.candidate_release,
+                     "arm": f.comparison.arm, "metric": f.kind, "slice": [list(p) for p in f.slice_key],
+                     "effect": f.effect, "effect_lower": f.effect_low, "effect_upper": f.effect_high,
+                     "e_value": f.e_value, "pairs": f.n_pairs, "b": f.b, "c": f.c, "firing": f.fires})
+    return rows
 
 
 def findings_by_slice(findings: Sequence[Finding], kind: str = "success_regression") -> list[Finding]:

@@ -1,28 +1,49 @@
 """Exported evidence: the alert engine's latest findings as ``fleetmon_comparison_*`` gauges (edge).
 
 An extra collector for :class:`monitor.exporter.FleetCollector`: on each
-scrape it turns the engine's most recent findings into gauges labelled
-``baseline``, ``candidate``, ``arm``, ``metric`` (the finding's kind:
+scrape it turns the most recent findings into gauges labelled ``baseline``,
+``candidate``, ``arm``, ``metric`` (the finding's kind:
 ``success_regression``, ``cost_regression``, ...) and one label per slice
-dimension (empty for the whole comparison). It reads what the last tick
-decided; it never evaluates anything itself.
+dimension (empty for the whole comparison). It reads what the last
+evaluation decided — from the engine in the same process (``fleetmon run``)
+or from the snapshot the engine saves in the store (``fleetmon exporter``
+next to ``fleetmon alerts``); it never evaluates anything itself. A snapshot
+older than ``max_age_seconds`` is not exported (the engine is down: the
+gauges disappear rather than freeze).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterator, Sequence
+import time
+from typing import Any, Callable, Iterator, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from alerts.engine import AlertEngine
+from alerts.engine import FINDINGS_STATE_NAME, AlertEngine, findings_snapshot
+from monitor.store import Store
 
 SLICE_DIMENSIONS = ("task_type", "tenant", "locale")
 
 
+def from_engine(engine: AlertEngine) -> Callable[[], list[dict[str, Any]]]:
+    return lambda: findings_snapshot(engine.findings)
+
+
+def from_store(store: Store, max_age_seconds: float = 300.0,
+               clock: Callable[[], float] = time.time) -> Callable[[], list[dict[str, Any]]]:
+    def read() -> list[dict[str, Any]]:
+        saved = store.get_state(FINDINGS_STATE_NAME) or {}
+        if clock() - saved.get("ts", float("-inf")) > max_age_seconds:
+            return []
+        return saved.get("findings", [])
+    return read
+
+
 class ComparisonCollector:
-    def __init__(self, engine: AlertEngine, dimensions: Sequence[str] = SLICE_DIMENSIONS) -> None:
-        self.engine = engine
+    def __init__(self, source: Callable[[], list[dict[str, Any]]],
+                 dimensions: Sequence[str] = SLICE_DIMENSIONS) -> None:
+        self.source = source
         self.dimensions = tuple(d for d in dimensions if d not in ("release", "arm", "model_id"))
 
     def collect(self) -> Iterator[Metric]:
@@ -45,16 +66,17 @@ class ComparisonCollector:
         discordant = GaugeMetricFamily("fleetmon_comparison_discordant",
                                        "Discordant shadow pairs: kind b = baseline-only success, c = candidate-only.",
                                        labels=[*labels, "kind"])
-        for f in self.engine.findings:
-            dims = dict(f.slice_key)
-            values = [f.comparison.baseline_release, f.comparison.candidate_release, f.comparison.arm, f.kind,
+        for row in self.source():
+            dims = {d: v for d, v in row["slice"]}
+            values = [row["baseline"], row["candidate"], row["arm"], row["metric"],
                       *(dims.get(d, "") for d in self.dimensions)]
-            for name, value in (("effect", f.effect), ("effect_lower", f.effect_low), ("effect_upper", f.effect_high),
-                                ("e_value", f.e_value), ("pairs", f.n_pairs), ("firing", 1.0 if f.fires else 0.0)):
-                if isinstance(value, (int, float)) and math.isfinite(value):
+            for name in ("effect", "effect_lower", "effect_upper", "e_value", "pairs"):
+                value = row[name]
+                if isinstance(value, (int, float)) and not math.isnan(value):  # +Inf is a valid sample
                     families[name].add_metric(values, float(value))
-            if f.comparison.arm == "shadow" and f.kind == "success_regression":
-                discordant.add_metric([*values, "b"], f.b)
-                discordant.add_metric([*values, "c"], f.c)
+            families["firing"].add_metric(values, 1.0 if row["firing"] else 0.0)
+            if row["arm"] == "shadow" and row["metric"] == "success_regression":
+                discordant.add_metric([*values, "b"], row["b"])
+                discordant.add_metric([*values, "c"], row["c"])
         yield from families.values()
         yield discordant

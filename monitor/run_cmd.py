@@ -147,7 +147,7 @@ def _input_batches(path: str, batch: int = 2000) -> Iterator[list[tuple[str, Any
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from alerts.engine_metrics import ComparisonCollector
+    from alerts.engine_metrics import ComparisonCollector, from_engine
     from alerts.wiring import notifier
     from monitor.config import ConfigError, load
     from monitor.embedded import Pipeline
@@ -184,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         on_invalid=report_invalid)
     clock = {"now": time.time()}
     registry, collector = build_registry(store, pipeline.prices, now=lambda: clock["now"])
-    collector.add_extra(ComparisonCollector(pipeline.engine, config.slices.dimensions))
+    collector.add_extra(ComparisonCollector(from_engine(pipeline.engine), config.slices.dimensions))
 
     def health() -> dict[str, Any]:
         return {"status": "ok", "traces": pipeline.stats.traces, "invalid": pipeline.stats.invalid,

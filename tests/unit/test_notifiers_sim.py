@@ -71,3 +71,29 @@ def test_simulated_regression_moves_only_the_candidate_after_its_start():
     assert rate("baseline", True) - rate("shadow", True) > 0.2
     with pytest.raises(ValueError, match="shadow_share must be in"):
         Scenario(shadow_share=2)
+
+
+def test_comparison_metrics_from_a_stored_snapshot():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from alerts.engine import AlertEngine
+    from alerts.engine_metrics import ComparisonCollector, from_store
+    from monitor.fold import fold
+    from monitor.pairing import Pairer
+    from monitor.pricing import PriceMap
+    from monitor.slices import Slicer
+    from monitor.store import MemoryStore
+
+    scenario = Scenario(duration_seconds=120, rate_per_second=20, regression_at_seconds=0, regression_drop=0.3, seed=2)
+    store = MemoryStore()
+    traces = [validate(r) for r in generate(scenario)]
+    store.apply(fold(traces, Slicer(), traces[-1].ts, pairer=Pairer(PriceMap.load())))
+    AlertEngine(store, StdoutNotifier(io.StringIO())).tick(traces[-1].ts)
+    registry = CollectorRegistry()
+    registry.register(ComparisonCollector(from_store(store, clock=lambda: traces[-1].ts + 10)))
+    text = generate_latest(registry).decode()
+    assert 'fleetmon_comparison_e_value{arm="shadow",baseline="support-v1",candidate="support-v2",' in text
+    assert 'kind="b"' in text and "fleetmon_comparison_firing" in text
+    stale = CollectorRegistry()
+    stale.register(ComparisonCollector(from_store(store, clock=lambda: traces[-1].ts + 3600)))
+    assert "fleetmon_comparison_e_value{" not in generate_latest(stale).decode()
