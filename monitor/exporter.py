@@ -71,6 +71,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, Hist
 from prometheus_client.utils import floatToGoString
 
 from monitor.aggregate import Aggregate, health
+from monitor.exporter_reads import SpanReader
 from monitor.pricing import PriceMap
 from monitor.schema import OUTCOMES
 from monitor.slices import DEFAULT_DIMENSIONS, parse_slice_id
@@ -160,8 +161,7 @@ class KafkaLag:
         if self._consumer is None:
             self._consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
                                            enable_auto_commit=False, client_id="fleetmon-exporter-lag",
-                                           request_timeout_ms=max(self.timeout_ms, 1000) + 1000,
-                                           api_version_auto_timeout_ms=self.timeout_ms)
+                                           request_timeout_ms=max(self.timeout_ms, 1000) + 1000)
         parts = []
         for topic in self.topics:
             for partition in sorted(self._consumer.partitions_for_topic(topic) or ()):
@@ -228,6 +228,11 @@ class FleetCollector:
         self.consumer_lag = consumer_lag
         self.latency_buckets = tuple(sorted(float(b) for b in latency_buckets))
         self._bucket_names = [floatToGoString(b) for b in self.latency_buckets] + ["+Inf"]
+        self._reader = SpanReader(store, MINUTE)
+        # derived figures reused while the store returns the very same aggregate object
+        self._health_cache: dict[tuple[str, str], tuple[Aggregate, int, dict[str, Any]]] = {}
+        self._histogram_cache: dict[str, tuple[Aggregate, list[int]]] = {}
+        self._lock = threading.Lock()  # concurrent scrapes share the caches
 
     def add_extra(self, collector: ExtraCollector) -> None:
         """Register one more extra collector (see the module docstring)."""
@@ -245,7 +250,8 @@ class FleetCollector:
         families: list[Metric] = []
         store_up = 1
         try:
-            families.extend(self._collect_store(now))
+            with self._lock:
+                families.extend(self._collect_store(now))
         except Exception:  # noqa: BLE001 - a failed read is reported as store_up 0, not a failed scrape
             log.exception("reading the store failed; exporting fleetmon_store_up 0")
             store_up = 0
@@ -268,11 +274,11 @@ class FleetCollector:
         store = self.store
         all_slices = store.active_slices()
         active = sorted(sid for sid, ts in all_slices.items() if ts >= now - self.active_window_seconds)
-        totals = store.totals(sorted(all_slices))
+        totals = self._reader.totals(sorted(all_slices))
+        spans = [(now - seconds, now + WINDOW_LOOKAHEAD_SECONDS) for _name, seconds in self.windows]
         windowed = []
-        for name, seconds in self.windows:
+        for (name, seconds), aggs in zip(self.windows, self._reader.windows(spans, active)):
             first_start = MINUTE.start(now - seconds)
-            aggs = store.window_aggregates(MINUTE.name, now - seconds, now + WINDOW_LOOKAHEAD_SECONDS, active)
             windowed.append((name, first_start, max(now - first_start, 1.0), aggs))
 
         keys = {sid: parse_slice_id(sid) for sid in totals}
@@ -288,9 +294,13 @@ class FleetCollector:
                 if sid not in values:
                     values[sid] = _label_values(parse_slice_id(sid), dims)
 
+        for stale in set(self._histogram_cache) - set(totals):
+            del self._histogram_cache[stale]
+        for stale in [k for k in self._health_cache if k[1] not in windowed[0][3]] if windowed else []:
+            del self._health_cache[stale]
         out = self._counters(totals, values, labels, now)
         out.extend(self._gauges(windowed, values, labels))
-        out.extend(self._pipeline(len(active)))
+        out.extend(self._pipeline(len(active), dims))
         return out
 
     def _counters(self, totals: Mapping[str, Aggregate], values: Mapping[str, list[str]],
@@ -323,13 +333,18 @@ class FleetCollector:
                 traces.add_metric(lv + [outcome], counts.get("outcome:" + outcome, 0))
             for family, field in simple_families:
                 family.add_metric(lv, counts.get(field, 0))
-            cached = agg.tokens("tokens_cached_in")
-            tokens.add_metric(lv + ["input"], agg.tokens("tokens_in") - cached)
-            tokens.add_metric(lv + ["cached_input"], cached)
+            cached_tokens = agg.tokens("tokens_cached_in")
+            tokens.add_metric(lv + ["input"], agg.tokens("tokens_in") - cached_tokens)
+            tokens.add_metric(lv + ["cached_input"], cached_tokens)
             tokens.add_metric(lv + ["output"], agg.tokens("tokens_out"))
             cost.add_metric(lv, agg.cost_usd(self.prices, now))
             count = int(counts.get("latency_count", 0))
-            cumulative = [min(c, count) for c in histogram_counts(agg.latency, bounds)]
+            cached = self._histogram_cache.get(sid)
+            if cached is not None and cached[0] is agg:
+                cumulative = cached[1]
+            else:
+                cumulative = [min(c, count) for c in histogram_counts(agg.latency, bounds)]
+                self._histogram_cache[sid] = (agg, cumulative)
             latency.add_metric(lv, list(zip(names, cumulative + [count])),
                                float(counts.get("latency_sum_seconds", 0.0)))
         return [traces, *(f for f, _ in simple_families), tokens, cost, latency]
@@ -361,7 +376,12 @@ class FleetCollector:
                 per_second.add_metric(lv, n / span)
                 if n == 0:
                     continue
-                h = health(agg, self.prices, first_start)
+                cached = self._health_cache.get((name, sid))
+                if cached is not None and cached[0] is agg and cached[1] == first_start:
+                    h = cached[2]
+                else:
+                    h = health(agg, self.prices, first_start)
+                    self._health_cache[(name, sid)] = (agg, first_start, h)
                 s = h["success"]
                 success.add_metric(lv, s["rate"])
                 low.add_metric(lv, s["low"])
@@ -379,7 +399,7 @@ class FleetCollector:
         return [n_traces, per_second, success, low, high, per_solved, *quantiles.values(), harmful,
                 over_refusal]
 
-    def _pipeline(self, n_active: int) -> list[Metric]:
+    def _pipeline(self, n_active: int, dimensions: Sequence[str]) -> list[Metric]:
         counters = self.store.counters()
         out: list[Metric] = [
             _counter("fleetmon_dlq_records", "Records sent to the dead-letter queue", counters.get("dlq", 0)),
@@ -389,9 +409,12 @@ class FleetCollector:
         folded = CounterMetricFamily("fleetmon_folded_label_values", "Traces whose value of a slice "
                                      "dimension was folded into __other__ by the cardinality guard",
                                      labels=["dimension"])
-        for name, value in sorted(counters.items()):
+        folded_counts = {d: 0.0 for d in dimensions}  # zeros first, so rate() has a series from the start
+        for name, value in counters.items():
             if name.startswith("folded:"):
-                folded.add_metric([name[len("folded:"):]], value)
+                folded_counts[name[len("folded:"):]] = value
+        for dim, value in sorted(folded_counts.items()):
+            folded.add_metric([dim], value)
         out.append(folded)
         applied = self.store.applied_offsets()
         offsets = GaugeMetricFamily("fleetmon_applied_offset", "Last Kafka offset applied to the store, per "
