@@ -294,5 +294,6 @@ def test_serve_answers_over_http():
 
 def test_cli_registers_the_exporter_command():
     args = build_parser().parse_args(["exporter", "--port", "9999", "--redis", "redis://x:1/2"])
+    # host left to fleetmon.toml / its default (exporter.host) when the flag is absent
     assert (args.command, args.port, args.host, args.redis, args.active_window) == (
-        "exporter", 9999, "127.0.0.1", "redis://x:1/2", "2h")
+        "exporter", 9999, None, "redis://x:1/2", "2h")
