@@ -30,12 +30,7 @@ from monitor.pricing import PriceMap
 from monitor.schema import Trace, TraceError, validate
 from monitor.slices import CardinalityGuard, Slicer, parse_slice_id
 from monitor.store import Store
-from monitor.windows import Resolution
-
-
-def resolutions(config: Config) -> tuple[Resolution, Resolution]:
-    return (Resolution("1m", 60, int(config.seconds("windows", "minute_retention"))),
-            Resolution("1h", 3600, int(config.seconds("windows", "hour_retention"))))
+from monitor.windows import resolutions_for
 
 
 @dataclass(frozen=True)
@@ -63,7 +58,8 @@ class Pipeline:
         self.store = store
         self.prices = PriceMap.load(config.pricing.price_map or None)
         self.slicer = Slicer(config.slices.dimensions, guard or CardinalityGuard(config.slices.max_values))
-        self.resolutions = resolutions(config)
+        self.resolutions = resolutions_for(config.seconds("windows", "minute_retention"),
+                                           config.seconds("windows", "hour_retention"))
         self.pairer = Pairer(self.prices, config.seconds("alerts", "pair_ttl"))
         self.engine = AlertEngine(store, notifier, engine_config(config))
         self.tick_seconds = tick_seconds or config.seconds("alerts", "interval")

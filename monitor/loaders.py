@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
@@ -18,15 +17,6 @@ from monitor.schema import Trace, TraceError, validate
 
 class InputError(ValueError):
     """A file that cannot be read as traces; the message lists the problems."""
-
-
-@dataclass(frozen=True)
-class Record:
-    """One raw record and where it came from."""
-
-    data: dict[str, Any]
-    line: int
-    from_text: bool
 
 
 def parse_mapping(text: str) -> dict[str, str]:
@@ -40,24 +30,30 @@ def parse_mapping(text: str) -> dict[str, str]:
     return out
 
 
-def _records(handle: TextIO, name: str, fmt: str) -> Iterator[Record]:
+def iter_lines(handle: TextIO, fmt: str, name: str) -> Iterator[tuple[int, Any, bool, str | None]]:
+    """``(line number, record or None, from_text, problem or None)`` for each record of a file.
+
+    A line that cannot be read as a record yields its problem instead, so a
+    caller decides whether to stop (``compare``) or skip and count
+    (``replay``, ``run``). ``from_text`` is True for CSV, whose values are text.
+    """
     if fmt == "csv":
         reader = csv.DictReader(handle)
         if not reader.fieldnames:
             raise InputError(f"{name}: CSV file has no header line")
         for row in reader:
             if None in row:
-                raise InputError(f"{name} line {reader.line_num}: more values than header columns")
-            yield Record({k: v for k, v in row.items()}, reader.line_num, True)
+                yield reader.line_num, None, True, "more values than header columns"
+            else:
+                yield reader.line_num, dict(row), True, None
         return
     for number, line in enumerate(handle, 1):
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            yield number, json.loads(line), False, None
         except json.JSONDecodeError as exc:
-            raise InputError(f"{name} line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        yield Record(data, number, False)
+            yield number, None, False, f"not valid JSON ({exc.msg} at column {exc.colno})"
 
 
 def detect_format(path: str) -> str:
@@ -88,16 +84,16 @@ def read_traces(path: str, *, mapping: Mapping[str, str] | None = None, default_
     traces: list[Trace] = []
     problems: list[str] = []
     try:
-        for record in _records(handle, path, fmt):
-            data = record.data
+        for line, data, from_text, problem in iter_lines(handle, fmt, path):
+            if problem is not None:
+                raise InputError(f"{path} line {line}: {problem}")
             if mapping and isinstance(data, dict):
                 data = {mapping.get(k, k): v for k, v in data.items()}
             if isinstance(data, dict) and default_agent is not None and "task" in data \
                     and "trace_id" not in data and data.get("agent") in (None, ""):
                 data["agent"] = default_agent
             try:
-                traces.append(validate(data, from_text=record.from_text,
-                                       where=f"{path} line {record.line}"))
+                traces.append(validate(data, from_text=from_text, where=f"{path} line {line}"))
             except TraceError as exc:
                 problems.append(str(exc))
                 if len(problems) >= max_errors:

@@ -122,20 +122,17 @@ class _Http:
 
 
 def _input_batches(path: str, batch: int = 2000) -> Iterator[list[tuple[str, Any]]]:
+    """``(where, record)`` batches of a JSONL or CSV file (``-``: JSONL on stdin)."""
     from monitor.embedded import NotJson
+    from monitor.loaders import detect_format, iter_lines
 
-    handle = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="surrogateescape")
+    fmt = detect_format(path)
+    handle = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="surrogateescape", newline="")
     name = "stdin" if path == "-" else path
     out: list[tuple[str, Any]] = []
     try:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"line {number} of {name}"
-            try:
-                out.append((where, json.loads(line)))
-            except (json.JSONDecodeError, UnicodeError) as exc:
-                out.append((where, NotJson(str(exc))))
+        for number, record, _from_text, problem in iter_lines(handle, fmt, name):
+            out.append((f"line {number} of {name}", NotJson(problem) if problem else record))
             if len(out) >= batch:
                 yield out
                 out = []
@@ -165,6 +162,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 config = replace(config, redis=replace(config.redis, url=args.redis))
     except ConfigError as exc:
         print(f"fleetmon run: {exc}", file=sys.stderr)
+        return 2
+
+    if args.input and args.input.lower().endswith(".csv"):
+        print("fleetmon run: --input takes JSONL traces (one object per line); "
+              "stream a CSV with `fleetmon replay FILE.csv` into Kafka instead", file=sys.stderr)
         return 2
 
     def report_invalid(where: str, exc: TraceError) -> None:

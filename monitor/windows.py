@@ -50,6 +50,12 @@ class Resolution:
         return list(range(first, int(math.ceil(end)), self.size_seconds))
 
 
+def resolutions_for(minute_retention_seconds: float, hour_retention_seconds: float) -> tuple[Resolution, ...]:
+    """The two tumbling windows: ``1m`` and ``1h`` with the given retentions."""
+    return (Resolution("1m", 60, int(minute_retention_seconds)),
+            Resolution("1h", 3600, int(hour_retention_seconds)))
+
+
 MINUTE = Resolution("1m", 60, 48 * 3600)
 HOUR = Resolution("1h", 3600, 35 * 24 * 3600)
 DEFAULT_RESOLUTIONS = (MINUTE, HOUR)

@@ -10,15 +10,13 @@ whole run, so short stalls are caught up).
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, TextIO
 
 from monitor.emitter import TraceEmitter, prepare
-from monitor.loaders import InputError, detect_format
+from monitor.loaders import InputError, detect_format, iter_lines
 from monitor.schema import TraceError
 
 MAX_REPORTED_PROBLEMS = 50
@@ -32,27 +30,6 @@ class ReplaySummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {"sent": self.sent, "skipped": self.skipped}
-
-
-def iter_lines(handle: TextIO, fmt: str, name: str) -> Iterator[tuple[int, Any, bool, str | None]]:
-    """``(line number, record or None, from_text, problem or None)`` for each record."""
-    if fmt == "csv":
-        reader = csv.DictReader(handle)
-        if not reader.fieldnames:
-            raise InputError(f"{name}: CSV file has no header line")
-        for row in reader:
-            if None in row:
-                yield reader.line_num, None, True, "more values than header columns"
-            else:
-                yield reader.line_num, dict(row), True, None
-        return
-    for number, line in enumerate(handle, 1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line), False, None
-        except json.JSONDecodeError as exc:
-            yield number, None, False, f"not valid JSON ({exc.msg} at column {exc.colno})"
 
 
 class RateLimiter:

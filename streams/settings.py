@@ -35,13 +35,7 @@ from typing import Any, Mapping
 
 from monitor.config import Config, ConfigError, KafkaConfig, load, redact_url
 from monitor.slices import DEFAULT_DIMENSIONS
-from monitor.windows import Resolution, parse_duration
-
-
-def resolutions_for(minute_retention_seconds: float, hour_retention_seconds: float) -> tuple[Resolution, ...]:
-    """The two tumbling windows: ``1m`` and ``1h`` with the given retentions."""
-    return (Resolution("1m", 60, int(minute_retention_seconds)),
-            Resolution("1h", 3600, int(hour_retention_seconds)))
+from monitor.windows import Resolution, parse_duration, resolutions_for
 
 
 @dataclass(frozen=True)
