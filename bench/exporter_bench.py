@@ -1,17 +1,26 @@
 """Exporter scrape time with 1,000 active slices, each with an hour of minute windows in Redis.
 
 Fills a real Redis (``$FLEETMON_REDIS_URL``, default redis://127.0.0.1:6379/0)
-under a unique key prefix, then times full scrapes (collector + text
-exposition, what Prometheus waits for) of :class:`monitor.exporter.FleetCollector`
-over :class:`monitor.store_redis.RedisStore`, and measures Redis memory per
-slice-window (``MEMORY USAGE`` sampled over window keys, and the ``INFO``
-used_memory delta divided by the number of window keys). The prefix is
-deleted afterwards, also on failure.
+under a unique key prefix, then times full scrapes of
+:class:`monitor.exporter.FleetCollector` over
+:class:`monitor.store_redis.RedisStore`: store reads, collection and text
+exposition, i.e. :func:`monitor.edge_exposition.render` — the body ``fleetmon
+exporter`` serves, what Prometheus waits for (the text format; one more
+series times the OpenMetrics format Prometheus negotiates by default). It
+checks once that the body is byte for byte prometheus_client's
+``generate_latest`` of the same registry (which it also times once), and
+measures Redis memory per slice-window (``MEMORY USAGE`` sampled over window
+keys, and the ``INFO`` used_memory delta divided by the number of window
+keys). The prefix is deleted afterwards, also on failure.
 
 Aggregates are realistic: every (slice, minute) window holds 20–60 traces
 with a populated latency sketch (log-normal latencies), token counts, safety
 flags and outcomes. To keep the set-up short, windows are drawn from a pool
 of 400 distinct aggregates built from synthetic traces.
+
+Scenarios: cold (the first scrape), idle (nothing written between scrapes)
+and all slices written (every slice got new traces in the current minute
+between two scrapes, the realistic case in production).
 
 Prints a human table, then as its last line one JSON object.
 """
@@ -31,8 +40,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import generate_latest  # noqa: E402
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS  # noqa: E402
 
 from monitor.aggregate import Aggregate  # noqa: E402
+from monitor.edge_exposition import render  # noqa: E402
 from monitor.exporter import build_registry  # noqa: E402
 from monitor.fold import BatchDelta  # noqa: E402
 from monitor.pricing import PriceMap  # noqa: E402
@@ -101,6 +112,12 @@ def fill(store: RedisStore, slices: list[str], now: float, minutes: int, seed: i
     return windows
 
 
+def _without_duration(text: bytes) -> bytes:
+    """The body without its scrape-duration sample (which differs from scrape to scrape)."""
+    return b"\n".join(line for line in text.split(b"\n")
+                      if not line.startswith(b"fleetmon_scrape_duration_seconds "))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slices", type=int, default=1000)
@@ -131,23 +148,27 @@ def main() -> int:
 
         registry, collector = build_registry(store, prices, now=lambda: now)
         t = time.perf_counter()
-        text = generate_latest(registry)
+        text, _content_type = render(registry)
         cold_seconds = time.perf_counter() - t
         size = len(text)
         families = list(collector.collect())
         samples = sum(len(f.samples) for f in families)
-        collect_times, scrape_times, live_times = [], [], []
+        collect_times, scrape_times, live_times, live_om_times = [], [], [], []
         for _ in range(args.scrapes):  # steady state: nothing written between scrapes
             t = time.perf_counter()
             list(collector.collect())
             collect_times.append(time.perf_counter() - t)
             t = time.perf_counter()
-            generate_latest(registry)
+            render(registry)
             scrape_times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        library_text = generate_latest(registry)
+        library_seconds = time.perf_counter() - t
+        identical = _without_duration(render(registry)[0]) == _without_duration(library_text)
         rng = random.Random(args.seed + 1)
         live_pool = [window_aggregate(rng, now) for _ in range(50)]
         slices = sorted(store.active_slices())
-        for _ in range(args.scrapes):  # live: every slice got new traces since the last scrape
+        for i in range(args.scrapes + max(args.scrapes // 2, 1)):  # every slice written between scrapes
             delta = BatchDelta()
             current = MINUTE.start(now)
             for sid in slices:
@@ -156,9 +177,10 @@ def main() -> int:
                 delta.expire_at[(MINUTE.name, current)] = MINUTE.expire_at(current)
                 delta.totals[sid] = agg
             store.apply(delta)
+            openmetrics = i >= args.scrapes
             t = time.perf_counter()
-            generate_latest(registry)
-            live_times.append(time.perf_counter() - t)
+            render(registry, OPENMETRICS if openmetrics else None)
+            (live_om_times if openmetrics else live_times).append(time.perf_counter() - t)
     finally:
         store.clear()
         client.close()
@@ -176,6 +198,9 @@ def main() -> int:
         ("  collect only, median", f"{statistics.median(collect_times):.3f} s"),
         ("scrape, every slice written between scrapes, median", f"{statistics.median(live_times):.3f} s"),
         ("  min / max", f"{min(live_times):.3f} / {max(live_times):.3f} s"),
+        ("  same, OpenMetrics format, median", f"{statistics.median(live_om_times):.3f} s"),
+        ("one scrape rendered by generate_latest instead", f"{library_seconds:.3f} s"),
+        ("  identical body", f"{identical}"),
         ("samples per scrape", f"{samples}"),
         ("exposition size", f"{size / 1e6:.1f} MB"),
         ("Redis bytes per minute window (MEMORY USAGE)", f"{bytes_sampled:.0f}"),
@@ -190,7 +215,9 @@ def main() -> int:
         "scrapes": args.scrapes, "scrape_seconds_median": round(statistics.median(scrape_times), 4),
         "collect_seconds_median": round(statistics.median(collect_times), 4),
         "scrape_seconds_median_all_slices_written": round(statistics.median(live_times), 4),
-        "scrape_seconds_cold": round(cold_seconds, 4), "samples": samples,
+        "scrape_seconds_median_all_slices_written_openmetrics": round(statistics.median(live_om_times), 4),
+        "scrape_seconds_cold": round(cold_seconds, 4), "scrape_seconds_generate_latest": round(library_seconds, 4),
+        "identical_to_generate_latest": identical, "samples": samples,
         "redis_bytes_per_slice_window": round(bytes_sampled), "redis_used_memory_per_slice_window":
         round(bytes_delta), "target_scrape_seconds": 0.5,
     }))

@@ -3,9 +3,12 @@
 An :class:`Aggregate` is a bag of additive counters plus a latency sketch:
 ``merge`` is addition, so it is associative and commutative, the empty
 aggregate is its identity, and the aggregate of a union of traces equals the
-merge of the parts' aggregates. Its serial form (:meth:`Aggregate.to_dict`)
-is a flat ``{field: number}`` mapping in which every value is summed on merge,
-which is what lets Redis fold batches with HINCRBY/HINCRBYFLOAT.
+merge of the parts' aggregates; ``subtract`` takes a merged-in part out
+again (exact for the counts and the sketch, up to rounding for the two float
+fields), which is what lets a reader slide a sum over windows. Its serial
+form (:meth:`Aggregate.to_dict`) is a flat ``{field: number}`` mapping in
+which every value is summed on merge, which is what lets Redis fold batches
+with HINCRBY/HINCRBYFLOAT.
 
 Token sums are kept per ``model_id`` (``tokens_in:<model>`` and so on)
 because a slice may span models while prices never do; dollars are computed
@@ -104,6 +107,34 @@ class Aggregate:
         for key, value in other.counts.items():
             c[key] = c.get(key, 0) + value
         self.latency.merge(other.latency)
+        return self
+
+    def subtract(self, other: "Aggregate") -> "Aggregate":
+        """Take ``other`` out again (in place); returns self: the inverse of :meth:`merge`.
+
+        ``other`` must have been merged in before (a window leaving a running
+        sum). Integer counts and sketch buckets are exact: a count that
+        reaches 0 is removed, so ``(a + b).subtract(b) == a``; one that would
+        go negative raises ValueError naming the field, and nothing is
+        changed. The float fields (:data:`FLOAT_FIELDS`) are only as exact as
+        float sums are: one left below, or within ``1e-9`` (relative to what
+        is taken out) of, 0 becomes 0 and is removed, so none goes negative
+        (a caller that needs them exact re-adds them from the parts).
+        """
+        c = self.counts
+        get = c.get
+        left = {key: get(key, 0) - value for key, value in other.counts.items()}
+        for key in FLOAT_FIELDS:
+            if key in left and left[key] <= 1e-9 * abs(other.counts[key]):
+                left[key] = 0  # rounding residue, or below 0 by rounding: a float sum is not exact
+        if left and min(left.values()) < 0:
+            key = min(left, key=left.__getitem__)
+            raise ValueError(f"cannot subtract {key}={other.counts[key]!r} from {get(key, 0)!r}: counts must "
+                             "stay >= 0 (the aggregate was not merged in)")
+        self.latency.subtract(other.latency)  # checks its buckets before changing anything
+        c.update(left)
+        for key in [key for key, value in left.items() if not value]:
+            del c[key]
         return self
 
     def __add__(self, other: "Aggregate") -> "Aggregate":

@@ -44,6 +44,12 @@ samples), nor is a cost per solved that is not finite (no success), nor a
 latency quantile without latencies; ``fleetmon_window_traces`` is always
 exported so a dashboard can tell "no traffic" from "no data".
 
+Cost: a scrape moves only what changed since the previous one. The store
+reads are incremental (:mod:`monitor.exporter_reads`), and each slice's
+samples are rendered to text once per change of its aggregates and handed
+out again while they stay the same (:class:`~monitor.edge_exposition.SliceFamily`;
+:func:`serve` writes that text without rebuilding every sample).
+
 A failing store read does not fail the scrape: the exporter logs it and
 exports ``fleetmon_store_up 0`` (with ``fleetmon_exporter_up 1``), so the
 outage is an alert rather than a gap.
@@ -58,19 +64,20 @@ added that way, without editing this module.
 from __future__ import annotations
 
 import logging
-import math
 import re
 import threading
 import time
 import warnings
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
-                                    Metric)
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from monitor.aggregate import Aggregate, health
+from monitor.aggregate import Aggregate
+from monitor.edge_exposition import (Block, SliceFamily, SliceLabels, make_app, make_block, sample_line,
+                                     start_server)
+from monitor.exporter_figures import HEALTH_GAUGES, SIMPLE_COUNTERS, histogram_counts, window_figures
 from monitor.exporter_reads import SpanReader
 from monitor.pricing import PriceMap
 from monitor.schema import OUTCOMES
@@ -89,7 +96,6 @@ WINDOW_LOOKAHEAD_SECONDS = 60
 #: Labels this exporter sets itself; a slice dimension of the same name is prefixed.
 OWN_LABELS = frozenset(("window", "outcome", "type", "le", "quantile", "source", "dimension",
                         "job", "instance"))
-QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 
 ExtraCollector = Any  # an object with collect(), or a callable returning metric families
 
@@ -104,32 +110,6 @@ def label_name(dimension: str) -> str:
     if name in OWN_LABELS or name.startswith("__"):
         name = "slice_" + name.lstrip("_")
     return name
-
-
-def histogram_counts(sketch: Any, bounds: Sequence[float]) -> list[int]:
-    """Cumulative counts per upper bound: ``sketch.count_below(b)`` for each ``b``.
-
-    Same definition as :meth:`~monitor.sketch.LogSketch.count_below` (a value
-    counts below ``b`` when its bucket's representative is ``<= b``, so a
-    count is exact up to the sketch's relative accuracy around ``b``), in one
-    pass over the sorted buckets instead of one pass per bound.
-    """
-    if not sketch.buckets:
-        return [sketch.zero_count if b >= 0.0 else 0 for b in bounds]
-    reps = sorted((sketch.value_of(index), n) for index, n in sketch.buckets.items())
-    out = []
-    seen = sketch.zero_count
-    pos = 0
-    for bound in sorted(bounds):
-        while pos < len(reps) and reps[pos][0] <= bound:
-            seen += reps[pos][1]
-            pos += 1
-        out.append(seen if bound >= 0.0 else 0)
-    order = sorted(range(len(bounds)), key=lambda i: bounds[i])
-    result = [0] * len(bounds)
-    for rank, i in enumerate(order):
-        result[i] = out[rank]
-    return result
 
 
 class KafkaLag:
@@ -229,9 +209,15 @@ class FleetCollector:
         self.latency_buckets = tuple(sorted(float(b) for b in latency_buckets))
         self._bucket_names = [floatToGoString(b) for b in self.latency_buckets] + ["+Inf"]
         self._reader = SpanReader(store, MINUTE)
-        # derived figures reused while the store returns the very same aggregate object
-        self._health_cache: dict[tuple[str, str], tuple[Aggregate, int, dict[str, Any]]] = {}
-        self._histogram_cache: dict[str, tuple[Aggregate, list[int]]] = {}
+        # Rendered samples reused while the reader returns the very same aggregate
+        # object (it does for every slice that did not change): per slice its
+        # parsed id and labels, its totals' blocks, and per (window, slice) the
+        # blocks of the health gauges (the costly part).
+        self._slice_keys: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._label_names: tuple[str, ...] = ()
+        self._labels: dict[str, SliceLabels] = {}
+        self._total_blocks: dict[str, tuple[Aggregate, SliceLabels, list[Block]]] = {}
+        self._window_blocks: dict[tuple[str, str], tuple[Aggregate, int, SliceLabels, list[Block | None]]] = {}
         self._lock = threading.Lock()  # concurrent scrapes share the caches
 
     def add_extra(self, collector: ExtraCollector) -> None:
@@ -271,133 +257,117 @@ class FleetCollector:
                 log.exception("extra collector %r failed; its metrics are left out of this scrape", extra)
 
     def _collect_store(self, now: float) -> list[Metric]:
-        store = self.store
-        all_slices = store.active_slices()
-        active = sorted(sid for sid, ts in all_slices.items() if ts >= now - self.active_window_seconds)
-        totals = self._reader.totals(sorted(all_slices))
+        all_slices = self.store.active_slices()
+        ids = sorted(all_slices)
+        active = [sid for sid in ids if all_slices[sid] >= now - self.active_window_seconds]
         spans = [(now - seconds, now + WINDOW_LOOKAHEAD_SECONDS) for _name, seconds in self.windows]
+        totals, sums = self._reader.read(spans, active, ids)
         windowed = []
-        for (name, seconds), aggs in zip(self.windows, self._reader.windows(spans, active)):
+        for (name, seconds), aggs in zip(self.windows, sums):
             first_start = MINUTE.start(now - seconds)
             windowed.append((name, first_start, max(now - first_start, 1.0), aggs))
-
-        keys = {sid: parse_slice_id(sid) for sid in totals}
-        dims: list[str] = [d for d in DEFAULT_DIMENSIONS if any(d in dict(k) for k in keys.values())]
-        extra_dims = sorted({d for k in keys.values() for d, _ in k} - set(dims))
-        dims.extend(extra_dims)
-        labels = [label_name(d) for d in dims]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"slice dimensions {dims} map to clashing Prometheus labels {labels}")
-        values = {sid: _label_values(key, dims) for sid, key in keys.items()}
-        for _name, _start, _span, aggs in windowed:
-            for sid in aggs:
-                if sid not in values:
-                    values[sid] = _label_values(parse_slice_id(sid), dims)
-
-        for stale in set(self._histogram_cache) - set(totals):
-            del self._histogram_cache[stale]
-        for stale in [k for k in self._health_cache if k[1] not in windowed[0][3]] if windowed else []:
-            del self._health_cache[stale]
-        out = self._counters(totals, values, labels, now)
-        out.extend(self._gauges(windowed, values, labels))
+        labels, dims = self._slice_labels([totals, *(aggs for *_, aggs in windowed)])
+        out = self._counters(totals, labels, now)
+        out.extend(self._gauges(windowed, labels))
         out.extend(self._pipeline(len(active), dims))
         return out
 
-    def _counters(self, totals: Mapping[str, Aggregate], values: Mapping[str, list[str]],
-                  labels: list[str], now: float) -> list[Metric]:
-        traces = CounterMetricFamily("fleetmon_traces", "Traces folded, by outcome (none: no outcome field, "
-                                     "ground truth given as ok)", labels=labels + ["outcome"])
-        simple = [
-            ("fleetmon_successes", "Traces counted as solved by the success proxy", "successes"),
-            ("fleetmon_harmful_actions", "Traces flagged harmful_action", "harmful_action"),
-            ("fleetmon_benign_refusals", "Benign requests that were refused (over-refusals)", "refused_benign"),
-            ("fleetmon_benign", "Traces whose request deserved an answer (benign = true)", "benign"),
-            ("fleetmon_side_effects", "Out-of-scope state changes (sum of side_effects)", "side_effects"),
-            ("fleetmon_tool_errors", "Tool calls that returned an error", "tool_errors"),
-            ("fleetmon_tool_calls", "Tool calls made", "tool_calls"),
-        ]
-        simple_families = [(CounterMetricFamily(name, doc, labels=labels), field) for name, doc, field in simple]
-        tokens = CounterMetricFamily("fleetmon_tokens", "Tokens by type; input excludes cached input, so the "
-                                     "three types add up to all tokens", labels=labels + ["type"])
-        cost = CounterMetricFamily("fleetmon_cost_usd", "Cost in USD of all traces (tokens priced at scrape "
-                                   "time with the price entries in force now, plus fees)", labels=labels)
-        latency = HistogramMetricFamily("fleetmon_latency_seconds", "Trace latency; buckets derived from the "
-                                        "slice's 1%-accurate log sketch", labels=labels)
-        outcomes = (*OUTCOMES, "none")
-        bounds = self.latency_buckets
-        names = self._bucket_names
+    def _slice_labels(self, groups: Sequence[Mapping[str, Aggregate]]) -> tuple[dict[str, SliceLabels], list[str]]:
+        """Per slice its :class:`SliceLabels` (kept while the label names stay), and the dimensions."""
+        keys = self._slice_keys
+        keys = self._slice_keys = {sid: keys[sid] if sid in keys else parse_slice_id(sid)
+                                   for group in groups for sid in group}
+        present = {dim for key in keys.values() for dim, _ in key}
+        dims = [d for d in DEFAULT_DIMENSIONS if d in present]
+        dims.extend(sorted(present - set(dims)))
+        names = tuple(label_name(d) for d in dims)
+        if len(set(names)) != len(names):
+            raise ValueError(f"slice dimensions {dims} map to clashing Prometheus labels {list(names)}")
+        cached = self._labels if names == self._label_names else {}
+        self._label_names = names
+        self._labels = {sid: cached[sid] if sid in cached else SliceLabels(names, _label_values(key, dims))
+                        for sid, key in keys.items()}
+        return self._labels, dims
+
+    def _counters(self, totals: Mapping[str, Aggregate], labels: Mapping[str, SliceLabels],
+                  now: float) -> list[Metric]:
+        traces = SliceFamily("fleetmon_traces", "Traces folded, by outcome (none: no outcome field, "
+                             "ground truth given as ok)", "counter")
+        simple = [SliceFamily(name, doc, "counter") for name, doc, _field in SIMPLE_COUNTERS]
+        tokens = SliceFamily("fleetmon_tokens", "Tokens by type; input excludes cached input, so the "
+                             "three types add up to all tokens", "counter")
+        cost = SliceFamily("fleetmon_cost_usd", "Cost in USD of all traces (tokens priced at scrape "
+                           "time with the price entries in force now, plus fees)", "counter")
+        latency = SliceFamily("fleetmon_latency_seconds", "Trace latency; buckets derived from the "
+                              "slice's 1%-accurate log sketch", "histogram")
+        cached_families = [traces, *simple, tokens, latency]
+        previous, kept = self._total_blocks, {}
         for sid, agg in totals.items():
-            lv = values[sid]
-            counts = agg.counts
-            for outcome in outcomes:
-                traces.add_metric(lv + [outcome], counts.get("outcome:" + outcome, 0))
-            for family, field in simple_families:
-                family.add_metric(lv, counts.get(field, 0))
-            cached_tokens = agg.tokens("tokens_cached_in")
-            tokens.add_metric(lv + ["input"], agg.tokens("tokens_in") - cached_tokens)
-            tokens.add_metric(lv + ["cached_input"], cached_tokens)
-            tokens.add_metric(lv + ["output"], agg.tokens("tokens_out"))
-            cost.add_metric(lv, agg.cost_usd(self.prices, now))
-            count = int(counts.get("latency_count", 0))
-            cached = self._histogram_cache.get(sid)
-            if cached is not None and cached[0] is agg:
-                cumulative = cached[1]
-            else:
-                cumulative = [min(c, count) for c in histogram_counts(agg.latency, bounds)]
-                self._histogram_cache[sid] = (agg, cumulative)
-            latency.add_metric(lv, list(zip(names, cumulative + [count])),
-                               float(counts.get("latency_sum_seconds", 0.0)))
-        return [traces, *(f for f, _ in simple_families), tokens, cost, latency]
+            lv = labels[sid]
+            entry = previous.get(sid)
+            if entry is None or entry[0] is not agg or entry[1] is not lv:
+                entry = (agg, lv, self._total_blocks_of(agg, lv))
+            kept[sid] = entry
+            for family, block in zip(cached_families, entry[2]):
+                family.add_block(block)
+            cost.add_block(sample_line("fleetmon_cost_usd_total", lv.text(), agg.cost_usd(self.prices, now)))
+        self._total_blocks = kept
+        return [traces, *simple, tokens, cost, latency]
+
+    def _total_blocks_of(self, agg: Aggregate, lv: SliceLabels) -> list[Block]:
+        """The blocks that depend on the totals alone (not on ``now``), in family order."""
+        counts = agg.counts
+        blocks = [make_block(lv, [("fleetmon_traces_total", outcome, counts.get("outcome:" + outcome, 0))
+                             for outcome in (*OUTCOMES, "none")], "outcome")]
+        plain = lv.text()
+        blocks.extend(sample_line(name + "_total", plain, counts.get(field, 0)) for name, _doc, field in SIMPLE_COUNTERS)
+        cached_tokens = agg.tokens("tokens_cached_in")
+        blocks.append(make_block(lv, [("fleetmon_tokens_total", "input", agg.tokens("tokens_in") - cached_tokens),
+                                 ("fleetmon_tokens_total", "cached_input", cached_tokens),
+                                 ("fleetmon_tokens_total", "output", agg.tokens("tokens_out"))], "type"))
+        count = int(counts.get("latency_count", 0))
+        cumulative = [min(c, count) for c in histogram_counts(agg.latency, self.latency_buckets)] + [count]
+        rows = [("fleetmon_latency_seconds_bucket", le, c) for le, c in zip(self._bucket_names, cumulative)]
+        if float(self._bucket_names[0]) >= 0:  # as HistogramMetricFamily: no count/sum with negative buckets
+            rows.append(("fleetmon_latency_seconds_count", None, count))
+            rows.append(("fleetmon_latency_seconds_sum", None, float(counts.get("latency_sum_seconds", 0.0))))
+        blocks.append(make_block(lv, rows, "le"))
+        return blocks
 
     def _gauges(self, windowed: list[tuple[str, int, float, Mapping[str, Aggregate]]],
-                values: Mapping[str, list[str]], labels: list[str]) -> list[Metric]:
-        wl = labels + ["window"]
-
-        def gauge(name: str, doc: str) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, doc, labels=wl)
-
-        n_traces = gauge("fleetmon_window_traces", "Traces in the window (the n behind every windowed ratio)")
-        per_second = gauge("fleetmon_traces_per_second", "Traces per second over the window")
-        success = gauge("fleetmon_success_ratio", "Share of traces solved (success proxy), 0..1")
-        low = gauge("fleetmon_success_ratio_lower", "Lower bound of the 95% interval of the success ratio "
-                    "(Wilson; Clopper-Pearson for n < 30 or 0/n)")
-        high = gauge("fleetmon_success_ratio_upper", "Upper bound of the 95% interval of the success ratio")
-        per_solved = gauge("fleetmon_cost_per_solved_usd", "Cost in USD per solved trace (left out when "
-                           "nothing was solved)")
-        quantiles = {key: gauge(f"fleetmon_latency_{key}_seconds", f"Latency {key} (lower quantile, 1% "
-                                f"relative accuracy)") for key, _ in QUANTILES}
-        harmful = gauge("fleetmon_harmful_action_ratio", "Share of traces with a harmful action, 0..1")
-        over_refusal = gauge("fleetmon_over_refusal_ratio", "Share of benign requests that were refused, 0..1")
+                labels: Mapping[str, SliceLabels]) -> list[Metric]:
+        n_traces = SliceFamily("fleetmon_window_traces", "Traces in the window (the n behind every windowed "
+                               "ratio)", "gauge")
+        per_second = SliceFamily("fleetmon_traces_per_second", "Traces per second over the window", "gauge")
+        derived = [SliceFamily(name, doc, "gauge") for name, doc in HEALTH_GAUGES]
+        previous, kept = self._window_blocks, {}
         for name, first_start, span, aggs in windowed:
             for sid, agg in aggs.items():
-                lv = values[sid] + [name]
-                n = agg.traces
-                n_traces.add_metric(lv, n)
-                per_second.add_metric(lv, n / span)
-                if n == 0:
-                    continue
-                cached = self._health_cache.get((name, sid))
-                if cached is not None and cached[0] is agg and cached[1] == first_start:
-                    h = cached[2]
-                else:
-                    h = health(agg, self.prices, first_start)
-                    self._health_cache[(name, sid)] = (agg, first_start, h)
-                s = h["success"]
-                success.add_metric(lv, s["rate"])
-                low.add_metric(lv, s["low"])
-                high.add_metric(lv, s["high"])
-                if math.isfinite(h["cost_per_solved_usd"]):
-                    per_solved.add_metric(lv, h["cost_per_solved_usd"])
-                lat = h["latency_seconds"]
-                for key, _q in QUANTILES:
-                    if math.isfinite(lat[key]):
-                        quantiles[key].add_metric(lv, lat[key])
-                safety = h["safety"]
-                harmful.add_metric(lv, safety["harmful_action_rate"])
-                if safety["benign"]:
-                    over_refusal.add_metric(lv, safety["over_refusal_rate"])
-        return [n_traces, per_second, success, low, high, per_solved, *quantiles.values(), harmful,
-                over_refusal]
+                lv = labels[sid]
+                entry = previous.get((name, sid))
+                if entry is None or entry[0] is not agg or entry[1] != first_start or entry[2] is not lv:
+                    entry = (agg, first_start, lv, self._window_blocks_of(agg, first_start, lv, name))
+                kept[(name, sid)] = entry
+                blocks = entry[3]
+                n_traces.add_block(blocks[0])
+                per_second.add_block(sample_line("fleetmon_traces_per_second", lv.text("window", name),
+                                                 agg.traces / span))
+                for family, block in zip(derived, blocks[1:]):
+                    family.add_block(block)
+        self._window_blocks = kept
+        return [n_traces, per_second, *derived]
+
+    def _window_blocks_of(self, agg: Aggregate, first_start: int, lv: SliceLabels, window: str
+                          ) -> list[Block | None]:
+        """``fleetmon_window_traces`` then one block (or None) per :data:`HEALTH_GAUGES` family."""
+        n = agg.traces
+        label_text = lv.text("window", window)
+        blocks: list[Block | None] = [sample_line("fleetmon_window_traces", label_text, n)]
+        if n == 0:
+            return blocks + [None] * len(HEALTH_GAUGES)
+        for (name, _doc), value in zip(HEALTH_GAUGES, window_figures(agg, self.prices, first_start)):
+            blocks.append(None if value is None else sample_line(name, label_text, value))
+        return blocks
 
     def _pipeline(self, n_active: int, dimensions: Sequence[str]) -> list[Metric]:
         counters = self.store.counters()
@@ -458,13 +428,15 @@ def build_registry(store: Store, prices: PriceMap, **options: Any) -> tuple[Coll
 def serve(store: Store, prices: PriceMap, port: int = 9464, host: str = "127.0.0.1", **options: Any) -> Any:
     """Serve ``/metrics`` on ``host:port`` from a daemon thread; returns the server.
 
-    The caller stops it with ``server.shutdown(); server.server_close()``.
-    ``server.collector`` is the :class:`FleetCollector` (e.g. to ``add_extra``)
-    and ``server.registry`` its registry. Port 0 picks a free port
-    (``server.server_address[1]``).
+    The body is :func:`monitor.edge_exposition.render` of the registry — what
+    prometheus_client would serve, with the per-slice samples rendered once
+    per change instead of once per scrape. The caller stops it with
+    ``server.shutdown(); server.server_close()``. ``server.collector`` is the
+    :class:`FleetCollector` (e.g. to ``add_extra``) and ``server.registry``
+    its registry. Port 0 picks a free port (``server.server_address[1]``).
     """
     registry, collector = build_registry(store, prices, **options)
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    server, _thread = start_server(make_app(registry), port, host)
     server.registry = registry  # type: ignore[attr-defined]
     server.collector = collector  # type: ignore[attr-defined]
     return server

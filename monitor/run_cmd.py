@@ -92,13 +92,14 @@ class _Http:
     """``/metrics`` (the exporter's registry) and ``/healthz`` on one port."""
 
     def __init__(self, registry: Any, health: Any, host: str, port: int) -> None:
-        from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+        from monitor.edge_exposition import render
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+                    body, ctype = render(registry, self.headers.get("Accept"))
+                    code = 200
                 elif path == "/healthz":
                     body, ctype, code = json.dumps(health()).encode(), "application/json", 200
                 else:

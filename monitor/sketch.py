@@ -14,9 +14,11 @@ a bucket covers a factor gamma, so 1% accuracy spans 1 µs .. 1 day in about
 Buckets are indexed ``i = ceil(log_gamma(x))`` and represent ``2 gamma^i /
 (gamma + 1)``. Two sketches merge by adding bucket counts, so merging the
 sketches of two sets is exactly the sketch of their union (the property the
-windowed store relies on). The serial form is a flat ``{bucket: count}``
-mapping with string keys (``"z"`` for the zero bucket) so it can live in a
-Redis hash and be summed with HINCRBY.
+windowed store relies on), and :meth:`LogSketch.subtract` takes a merged-in
+sketch out again exactly (what the exporter's sliding sums rely on). The
+serial form is a flat ``{bucket: count}`` mapping with string keys (``"z"``
+for the zero bucket) so it can live in a Redis hash and be summed with
+HINCRBY.
 
 Empty sketch: ``count == 0`` and every quantile is ``nan``.
 """
@@ -86,6 +88,35 @@ class LogSketch:
             self.buckets[index] = self.buckets.get(index, 0) + n
         self.zero_count += other.zero_count
         self.count += other.count
+        return self
+
+    def subtract(self, other: "LogSketch") -> "LogSketch":
+        """Take ``other`` out of this sketch (in place) and return self: the inverse of :meth:`merge`.
+
+        Exact (bucket counts are integers) when ``other`` was merged in
+        before; a bucket that reaches 0 is removed, so ``(a + b).subtract(b)
+        == a`` bucket for bucket. A bucket that would go negative raises
+        ValueError naming it, and nothing is changed.
+        """
+        if other.relative_accuracy != self.relative_accuracy or other.min_value != self.min_value:
+            raise ValueError(
+                "cannot subtract sketches with different parameters: "
+                f"{self.relative_accuracy}/{self.min_value} vs {other.relative_accuracy}/{other.min_value}")
+        buckets = self.buckets
+        get = buckets.get
+        left = {index: get(index, 0) - n for index, n in other.buckets.items()}
+        if left and min(left.values()) < 0:
+            index = min(left, key=left.__getitem__)
+            raise ValueError(f"cannot subtract {other.buckets[index]} from sketch bucket {index}, which holds "
+                             f"{get(index, 0)}: the sketch was not merged in")
+        if other.zero_count > self.zero_count:
+            raise ValueError(f"cannot subtract {other.zero_count} from the zero bucket, which holds "
+                             f"{self.zero_count}: the sketch was not merged in")
+        buckets.update(left)
+        for index in [index for index, n in left.items() if not n]:
+            del buckets[index]
+        self.zero_count -= other.zero_count
+        self.count -= other.count
         return self
 
     def __add__(self, other: "LogSketch") -> "LogSketch":

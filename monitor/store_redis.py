@@ -4,6 +4,7 @@ Key layout (``P`` = key prefix, default ``fleetmon``):
 
 ========================================  =========================================
 ``P:w:<res>:<start>:<slice id>``          hash, window aggregate (EXPIREAT window end + retention)
+``P:wc:<res>:<bucket>:<slice id>``        hash, window start → its ``traces`` (EXPIREAT as the bucket's last window)
 ``P:t:<slice id>``                        hash, cumulative per-slice totals
 ``P:slices``                              zset, slice id → latest event time
 ``P:counters``                            hash, ``traces``, ``dlq``, ``late``, ``folded:<dim>``
@@ -21,6 +22,18 @@ zset update is applied and the watermark advanced, so a redelivered batch is
 skipped and a half-applied batch cannot exist. Reads merge window hashes
 server-side (a Lua script) so a scrape moves one merged hash per slice.
 
+Window counts: the same script adds every window's trace count to a small
+per-slice hash, ``P:wc:<res>:<bucket>:<slice id>``, field ``<window start>``,
+where ``<bucket>`` is the start aligned down to :data:`COUNT_BUCKET_WINDOWS`
+windows (an hour of minute windows). A field therefore always equals the
+``traces`` field of its window hash (written in the same atomic apply), and a
+reader learns which of a slice's windows changed by reading one or two
+60-field hashes instead of the windows themselves (the exporter's
+:class:`~monitor.exporter_reads.SpanReader`). Each count hash expires with the
+last window it can hold (EXPIREAT bucket end + retention), so it outlives its
+earliest windows by less than one bucket; a reader must not trust a field
+whose window is past retention.
+
 Redis Cluster: the scripts touch keys they build themselves, so this store
 needs a single Redis (or one shard per key prefix); see the README.
 """
@@ -37,6 +50,9 @@ from monitor.fold import BatchDelta
 from monitor.slices import CardinalityGuard
 from monitor.store import StoreError
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
+
+#: Windows per count hash (``P:wc:...``): an hour of minute windows, 60 hours of hour windows.
+COUNT_BUCKET_WINDOWS = 60
 
 _APPLY = """
 local mark = redis.call('HGET', KEYS[1], ARGV[1])
@@ -120,6 +136,15 @@ class RedisStore:
     def total_key(self, sid: str) -> str:
         return f"{self.prefix}:t:{sid}"
 
+    def count_bucket(self, resolution: Resolution, start: int) -> int:
+        """The first window start of the count hash holding window ``start``."""
+        span = resolution.size_seconds * COUNT_BUCKET_WINDOWS
+        return start - start % span
+
+    def count_key(self, resolution: str, bucket: int, sid: str) -> str:
+        """The count hash (window start → traces) of ``sid``'s windows in ``bucket``."""
+        return f"{self.prefix}:wc:{resolution}:{bucket}:{sid}"
+
     # -- writing ------------------------------------------------------------------
     def payload(self, delta: BatchDelta, source: str | None = None) -> str:
         ints: dict[str, dict[str, float]] = {}
@@ -130,10 +155,20 @@ class RedisStore:
             for name, value in flat.items():
                 (floats if name in FLOAT_FIELDS else ints).setdefault(key, {})[name] = value
 
+        by_name = {r.name: r for r in self.resolutions}
         for (res, start, sid), agg in delta.windows.items():
             key = self.window_key(res, start, sid)
             add(key, agg.to_dict())
             expire_at[key] = delta.expire_at[(res, start)]
+            resolution = by_name.get(res)
+            if resolution is not None and agg.traces:  # unknown resolutions: no reader uses their counts
+                bucket = self.count_bucket(resolution, start)
+                count_key = self.count_key(res, bucket, sid)
+                counts = ints.setdefault(count_key, {})
+                counts[str(start)] = counts.get(str(start), 0) + agg.traces
+                # the expiry of the bucket's last window: this window's, shifted
+                last = bucket + (COUNT_BUCKET_WINDOWS - 1) * resolution.size_seconds
+                expire_at[count_key] = expire_at[key] + last - start
         for sid, agg in delta.totals.items():
             add(self.total_key(sid), agg.to_dict())
         if delta.counters:
