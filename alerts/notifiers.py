@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import math
 import sys
 import urllib.error
 import urllib.request
@@ -34,6 +33,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping, Protocol, Sequence, TextIO
 
 from alerts.lifecycle import AlertEvent
+from monitor.fmt import json_safe
 
 SIGNATURE_HEADER = "X-Fleetmon-Signature"
 TIMESTAMP_HEADER = "X-Fleetmon-Timestamp"
@@ -53,19 +53,9 @@ def rfc3339(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 def event_record(event: AlertEvent) -> dict[str, Any]:
     """The JSON line of one state change (the ``fleetmon run`` stdout contract)."""
-    return _clean({
+    return json_safe({
         "ts": event.ts, "status": event.status, "alertname": event.alertname, "labels": event.labels,
         "annotations": event.annotations, "evidence": event.evidence, "fingerprint": event.fingerprint,
         "startsAt": rfc3339(event.starts_at), "endsAt": rfc3339(event.ends_at),
@@ -97,7 +87,7 @@ def _post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> 
 
 
 def alertmanager_alert(event: AlertEvent, generator_url: str = "") -> dict[str, Any]:
-    evidence = _clean(event.evidence)
+    evidence = json_safe(event.evidence)
     annotations = dict(event.annotations)
     annotations["evidence_json"] = json.dumps(evidence, sort_keys=True, allow_nan=False)
     for key in ("n_pairs", "b", "c", "effect", "effect_low", "effect_high", "e_value", "floor", "alpha"):
@@ -149,7 +139,7 @@ class WebhookNotifier:
         alerts = []
         for event in events:
             alert = alertmanager_alert(event)
-            alert.update(status=event.status, fingerprint=event.fingerprint, evidence=_clean(event.evidence),
+            alert.update(status=event.status, fingerprint=event.fingerprint, evidence=json_safe(event.evidence),
                          endsAt=rfc3339(event.ends_at) or "0001-01-01T00:00:00Z", generatorURL="")
             alerts.append(alert)
         common = set.intersection(*(set(a["labels"].items()) for a in alerts)) if alerts else set()

@@ -6,9 +6,10 @@ import argparse
 import importlib
 import importlib.util
 import json
-import math
 import sys
 from typing import Any, Sequence
+
+from monitor.fmt import json_safe
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -23,23 +24,8 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def _clean(value: Any) -> Any:
-    """JSON has no inf/nan: write them as null, except infinite costs as the string "inf"."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return value
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 def dumps(value: Any) -> str:
-    return json.dumps(_clean(value), default=_json_default, allow_nan=False)
+    return json.dumps(json_safe(value), default=_json_default, allow_nan=False)
 
 
 def _parse_ks(text: str) -> list[int]:

@@ -23,14 +23,7 @@ from monitor.slices import CardinalityGuard, Slicer, slice_id
 from monitor.store import MemoryStore
 
 NOW = 1_750_000_000.0  # a fixed clock
-PRICES = PriceMap.from_toml("""
-[[price]]
-model = "*"
-effective_from = 2025-01-01
-input = 3.0
-output = 15.0
-cached_input = 0.30
-""")
+PRICES = PriceMap.load()  # the bundled map: one "*" entry, $3 / $15 / $0.30 per million
 
 
 def make_traces(n: int, seed: int = 0, now: float = NOW, spread_seconds: float = 3000.0,
