@@ -12,7 +12,13 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-install: $(BIN)/.installed
+# the native fast path of the worker (Rust, built by maturin with the machine's cargo)
+NATIVE_SOURCES = $(wildcard native/src/*.rs) native/Cargo.toml native/Cargo.lock native/pyproject.toml
+$(BIN)/.native: $(BIN)/.installed $(NATIVE_SOURCES)
+	PATH="$(HOME)/.cargo/bin:$$PATH" $(BIN)/pip install -q ./native
+	touch $@
+
+install: $(BIN)/.installed $(BIN)/.native
 
 run: install
 	$(BIN)/fleetmon run --config fleetmon.toml
@@ -39,4 +45,4 @@ bench: install services
 	$(BIN)/python bench/stats_bench.py
 
 clean:
-	rm -rf $(VENV) .services build *.egg-info
+	rm -rf $(VENV) .services build *.egg-info native/target

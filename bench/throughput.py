@@ -6,9 +6,11 @@ Run (services up: ``bash scripts/services.sh start``)::
 
 What it does, in one run:
 
-1. produces N traces once to a fresh topic (seeded; event times spread
-   over the last hour in arrival order, 360 slices, ~300 bytes each;
-   ``--pair-share`` of them as baseline + shadow pairs);
+1. produces N traces once to a fresh topic (seeded; 360 slices, ~300 bytes
+   each; event times ascending over the last ``--event-span`` seconds, 60 by
+   default — live traffic, stamped about when it is produced — or 3600 to
+   replay an hour of a slower fleet, which writes each slice's minute windows
+   many more times; ``--pair-share`` of them as baseline + shadow pairs);
 2. (i) a bare aiokafka consumer (fresh group, ``getmany`` with the worker's
    batch size, no decoding) drains the topic — this is ``bare_consumer_per_s``
    and the ``ratio``'s denominator; for context a second bare consumer drains
@@ -48,8 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 FLEETMON = str(REPO / ".venv" / "bin" / "fleetmon") if (REPO / ".venv" / "bin" / "fleetmon").exists() else "fleetmon"
 
 
-def traces(n: int, seed: int, now: float, pair_share: float = 0.0):
-    """N ``(key, value)`` traces, event time ascending over the hour before ``now``.
+def traces(n: int, seed: int, now: float, pair_share: float = 0.0, span: float = 3600.0):
+    """N ``(key, value)`` traces, event time ascending over the ``span`` seconds before ``now``.
 
     ``pair_share`` of them are baseline traces followed by a shadow twin
     (same ``pair_id``, the key), which the worker joins into paired counts.
@@ -62,7 +64,7 @@ def traces(n: int, seed: int, now: float, pair_share: float = 0.0):
         ok = rng.random() < 0.7
         tokens_in = rng.randrange(200, 6000)
         record = {
-            "trace_id": f"bench-{seed}-{i}", "ts": now - 3600 + 3600 * i / n + rng.random(),
+            "trace_id": f"bench-{seed}-{i}", "ts": now - span + span * i / n + rng.random(),
             "model_id": rng.choice(("model-a", "model-b")), "release": rng.choice(releases),
             "arm": rng.choice(arms), "task_type": rng.choice(task_types), "tenant": f"tenant-{rng.randrange(5)}",
             "locale": rng.choice(locales), "outcome": "success" if ok else rng.choice(("failure", "escalated")),
@@ -83,7 +85,7 @@ def traces(n: int, seed: int, now: float, pair_share: float = 0.0):
 
 
 async def produce(bootstrap: str, topic: str, partitions: int, n: int, seed: int,
-                  pair_share: float = 0.0) -> tuple[float, dict[int, int]]:
+                  pair_share: float = 0.0, span: float = 60.0) -> tuple[float, dict[int, int]]:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -95,7 +97,7 @@ async def produce(bootstrap: str, topic: str, partitions: int, n: int, seed: int
     started = time.perf_counter()
     try:
         pending = []
-        for key, value in traces(n, seed, time.time(), pair_share):
+        for key, value in traces(n, seed, time.time(), pair_share, span):
             pending.append(await producer.send(topic, value, key=key))
             if len(pending) >= 20_000:
                 await asyncio.gather(*pending)
@@ -241,11 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="traces to produce (default 1,000,000)")
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=50_000,
+    parser.add_argument("--batch", type=int, default=200_000,
                         help="records per getmany for the bare consumer (the worker's batch size)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--pair-share", type=float, default=0.0,
                         help="share of traces sent as baseline + shadow pairs (default 0)")
+    parser.add_argument("--event-span", type=float, default=60.0,
+                        help="seconds of event time the traces are spread over, ending now: 60 (default) is a "
+                             "burst of live traffic; 3600 replays an hour of a slower fleet, which writes ~60 "
+                             "times as many minute windows")
     parser.add_argument("--bootstrap", default=os.environ.get("FLEETMON_KAFKA_BOOTSTRAP", "localhost:9092"))
     parser.add_argument("--redis", default=os.environ.get("FLEETMON_REDIS_URL", "redis://localhost:6379/0"))
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed for the worker")
@@ -255,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     prefix = f"bench-throughput-{uuid.uuid4().hex[:12]}"
     try:
         produce_seconds, ends = asyncio.run(produce(args.bootstrap, topic, args.partitions, args.n, args.seed,
-                                                       args.pair_share))
+                                                       args.pair_share, args.event_span))
         bare = asyncio.run(bare_consumer(args.bootstrap, topic, args.n, args.batch))
         iterated = asyncio.run(bare_iterator(args.bootstrap, topic, args.n))
         worker = worker_run(args.bootstrap, args.redis, topic, ends, prefix, args.timeout)
@@ -279,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio worker / bare consumer: {ratio:.3f} (getmany), {worker['per_s'] / iterated['per_s']:.3f} "
           f"(async for)   Redis counted {worker['counted']:,} traces")
     print(json.dumps({"bench": "throughput", "n": args.n, "partitions": args.partitions,
-                      "pair_share": args.pair_share,
+                      "pair_share": args.pair_share, "event_span_seconds": args.event_span,
                       "traces_per_s": round(worker["per_s"]), "bare_consumer_per_s": round(bare["per_s"]),
                       "ratio": round(ratio, 3), "bare_consumer_iter_per_s": round(iterated["per_s"]),
                       "ratio_vs_iter": round(worker["per_s"] / iterated["per_s"], 3),

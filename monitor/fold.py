@@ -65,55 +65,75 @@ class BatchDelta:
                     or self.pending_set or self.pending_del)
 
 
-def fold(traces: Iterable[Trace], slicer: Slicer, now: float,
-         resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS, delta: BatchDelta | None = None,
-         pairer: "Pairer | None" = None) -> BatchDelta:
-    """Fold validated traces (each with a ``ts``) into ``delta`` (a new one by default).
+#: A group's key: the slice dimensions' raw values (``unknown`` when missing)
+#: and its window start at each resolution.
+GroupKey = tuple[tuple[str, ...], tuple[int, ...]]
 
-    With a :class:`~monitor.pairing.Pairer`, shadow pairs are joined too and
-    halves waiting past its TTL at ``now`` are expired.
+
+@dataclass(slots=True)
+class Group:
+    """Traces of one raw slice that share their window at every resolution."""
+
+    aggregate: Aggregate
+    latest: float          # latest event time
+    first: int             # position of the first trace (offset or index): the order groups are placed in
+
+
+def group_traces(traces: Iterable[Trace], dimensions: Sequence[str], resolutions: Sequence[Resolution],
+                 positions: Iterable[int] | None = None,
+                 groups: dict[GroupKey, Group] | None = None) -> dict[GroupKey, Group]:
+    """Fold traces (each with a ``ts``) into one aggregate per group, in order of first position.
+
+    One ``Aggregate.update`` per trace; the group is then merged into each of
+    its destinations by :func:`place_groups`. ``positions`` (default 0, 1, ...)
+    orders groups from several sources (the native fold's and Python's) as
+    if one pass had seen every trace. :mod:`fleetmon_native` builds the same
+    groups with the same arithmetic.
     """
-    delta = delta if delta is not None else BatchDelta()
-    windows, totals, last_seen = delta.windows, delta.totals, delta.last_seen
-    # Traces of one slice that share their window at every resolution are
-    # folded into one group aggregate, which is then merged into each of its
-    # destinations: one Aggregate.update per trace instead of one per window
-    # and total (the fold's cost). Same result: merge is addition.
-    dimensions = tuple(slicer.dimensions)
-    keys: dict[tuple, tuple] = {}   # raw dimension values -> (guarded key, slice id, folded dims)
-    groups: dict[tuple, list] = {}  # (slice id, window start per resolution...) -> [aggregate, latest ts]
-    count = 0
-    for trace in traces:
+    groups = groups if groups is not None else {}
+    dimensions = tuple(dimensions)
+    for position, trace in zip(range(10**18) if positions is None else positions, traces):
         ts = trace.ts
         if ts is None:
             raise ValueError(f"trace {trace.trace_id!r} has no ts; streaming needs event time")
-        raw = tuple([trace.dimension(dim) for dim in dimensions])
-        cached = keys.get(raw)
-        if cached is None:
-            # the guard's answer for a value never changes once given, so one
-            # lookup per distinct tuple of values is the same as one per trace
-            key = slicer.key(trace)
-            folded_dims = tuple(dim for dim, value in key
-                                if value == OTHER and (trace.dimension(dim) or UNKNOWN) != OTHER)
-            cached = keys[raw] = (key, slice_id(key), folded_dims)
-        key, sid, folded_dims = cached
-        for dim in folded_dims:
-            delta.count("folded:" + dim)
-        group_key = (sid, *[res.start(ts) for res in resolutions])
-        group = groups.get(group_key)
+        key = (tuple([trace.dimension(dim) or UNKNOWN for dim in dimensions]),
+               tuple([res.start(ts) for res in resolutions]))
+        group = groups.get(key)
         if group is None:
-            group = groups[group_key] = [Aggregate(), ts]
-        elif ts > group[1]:
-            group[1] = ts
-        group[0].update(trace)
-        count += 1
-        if pairer is not None:
-            pairer.offer(trace, key, delta)
-    for group_key, (agg, latest) in groups.items():
-        sid = group_key[0]
+            group = groups[key] = Group(Aggregate(), ts, position)
+        elif ts > group.latest:
+            group.latest = ts
+        group.aggregate.update(trace)
+    return groups
+
+
+def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: float,
+                 resolutions: Sequence[Resolution], delta: BatchDelta) -> int:
+    """Merge groups (in order of first position) into ``delta``'s windows and
+    totals, through the cardinality guard; returns how many traces they hold.
+
+    The guard is asked once per distinct raw slice, in order of first
+    appearance (its answer for a value never changes once given); a window
+    already past retention at ``now`` is skipped and its traces counted late.
+    """
+    windows, totals, last_seen = delta.windows, delta.totals, delta.last_seen
+    keys: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}   # raw values -> (slice id, folded dims)
+    count = 0
+    for (values, starts), group in groups:
+        agg = group.aggregate
+        cached = keys.get(values)
+        if cached is None:
+            key = slicer.key_for(values)
+            folded_dims = tuple(dim for (dim, value), raw in zip(key, values) if value == OTHER and raw != OTHER)
+            cached = keys[values] = (slice_id(key), folded_dims)
+        sid, folded_dims = cached
+        n = agg.traces
+        count += n
+        for dim in folded_dims:
+            delta.count("folded:" + dim, n)
         owned = True  # the group aggregate is stored once without a copy, merged elsewhere
         late = False
-        for res, start in zip(resolutions, group_key[1:]):
+        for res, start in zip(resolutions, starts):
             if res.expired(start, now):
                 late = True
                 continue
@@ -133,11 +153,28 @@ def fold(traces: Iterable[Trace], slicer: Slicer, now: float,
         else:
             totals[sid] = agg if owned else agg.copy()
         if late:
-            delta.count("late", agg.traces)
-        if latest > last_seen.get(sid, 0.0):
-            last_seen[sid] = latest
+            delta.count("late", n)
+        if group.latest > last_seen.get(sid, 0.0):
+            last_seen[sid] = group.latest
     if count:
         delta.count("traces", count)
+    return count
+
+
+def fold(traces: Iterable[Trace], slicer: Slicer, now: float,
+         resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS, delta: BatchDelta | None = None,
+         pairer: "Pairer | None" = None) -> BatchDelta:
+    """Fold validated traces (each with a ``ts``) into ``delta`` (a new one by default).
+
+    With a :class:`~monitor.pairing.Pairer`, shadow pairs are joined too and
+    halves waiting past its TTL at ``now`` are expired.
+    """
+    delta = delta if delta is not None else BatchDelta()
+    traces = traces if isinstance(traces, (list, tuple)) else list(traces)
+    place_groups(group_traces(traces, slicer.dimensions, resolutions).items(), slicer, now, resolutions, delta)
     if pairer is not None:
+        for trace in traces:
+            if trace.pair_id is not None:
+                pairer.offer(trace, slicer.key(trace), delta)
         pairer.expire(now, delta)
     return delta

@@ -186,6 +186,16 @@ class LogSketch:
         return out
 
     @classmethod
+    def of_buckets(cls, buckets: dict[int, int], zero_count: int = 0) -> "LogSketch":
+        """A default-parameter sketch holding ``buckets`` (index → count > 0) and ``zero_count`` zeros;
+        takes ownership of ``buckets``."""
+        sketch = cls()
+        sketch.buckets = buckets
+        sketch.zero_count = zero_count
+        sketch.count = zero_count + sum(buckets.values())
+        return sketch
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, int | str | bytes],
                   relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
                   min_value: float = DEFAULT_MIN_VALUE) -> "LogSketch":

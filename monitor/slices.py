@@ -90,8 +90,12 @@ class Slicer:
             raise ValueError(f"slice dimensions must be distinct, got {list(self.dimensions)}")
 
     def key(self, trace: Trace) -> SliceKey:
+        return self.key_for([trace.dimension(dim) or UNKNOWN for dim in self.dimensions])
+
+    def key_for(self, values: Sequence[str]) -> SliceKey:
+        """The guarded key of raw dimension values (``unknown`` for missing), in dimension order."""
         admit = self.guard.admit
-        return tuple((dim, admit(dim, trace.dimension(dim) or UNKNOWN)) for dim in self.dimensions)
+        return tuple((dim, admit(dim, value)) for dim, value in zip(self.dimensions, values))
 
     def keys(self, traces: Iterable[Trace]) -> list[SliceKey]:
         return [self.key(t) for t in traces]

@@ -15,10 +15,11 @@ Key layout (``P`` = key prefix, default ``fleetmon``):
 ``P:state:<name>``                        string, JSON state (the alert engine's lifecycle)
 ========================================  =========================================
 
-A batch is applied by one Lua script (one round trip, atomic): if the
-source's watermark is at or past the batch's first offset nothing is written
-and the script returns the watermark; otherwise every increment, TTL and
-zset update is applied and the watermark advanced, so a redelivered batch is
+A batch is applied by one Lua script (one round trip, atomic): a batch
+covers consecutive records of one or more partitions (sources); if any
+source's watermark is at or past its first offset nothing is written and
+the script returns that watermark; otherwise every increment, TTL and zset
+update is applied and every watermark advanced, so a redelivered batch is
 skipped and a half-applied batch cannot exist. Reads merge window hashes
 server-side (a Lua script) so a scrape moves one merged hash per slice.
 
@@ -41,12 +42,13 @@ needs a single Redis (or one shard per key prefix); see the README.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 import redis
 
-from monitor.aggregate import FLOAT_FIELDS, Aggregate
+from monitor.aggregate import FLOAT_FIELDS, LATENCY_PREFIX, Aggregate
 from monitor.fold import BatchDelta
+from monitor.sketch import ZERO_KEY
 from monitor.slices import CardinalityGuard
 from monitor.store import StoreError
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
@@ -54,24 +56,54 @@ from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
 #: Windows per count hash (``P:wc:...``): an hour of minute windows, 60 hours of hour windows.
 COUNT_BUCKET_WINDOWS = 60
 
+_BUCKET_FIELDS: dict[int, str] = {}   # sketch bucket index -> its hash field name (a few hundred at most)
+_ZERO_FIELD = LATENCY_PREFIX + ZERO_KEY
+
 _APPLY = """
-local mark = redis.call('HGET', KEYS[1], ARGV[1])
-if ARGV[2] ~= '' and mark and tonumber(mark) >= tonumber(ARGV[2]) then
-  return {0, mark}
+local ranges = cjson.decode(ARGV[1])
+for _, r in ipairs(ranges) do
+  local mark = redis.call('HGET', KEYS[1], r[1])
+  if mark and tonumber(mark) >= tonumber(r[2]) then
+    return {0, r[1], mark}
+  end
 end
-local ops = cjson.decode(ARGV[4])
+local ops = cjson.decode(ARGV[2])
+-- one read and one write per hash (not one HINCRBY per field: twice the
+-- cost on listpack hashes); sums are exact below 2^53, as HINCRBY's are
 for key, fields in pairs(ops.i) do
-  for f, v in pairs(fields) do redis.call('HINCRBY', key, f, string.format('%.0f', v)) end
+  local floats = ops.f[key]
+  local flat = redis.call('HGETALL', key)
+  for j = 1, #flat, 2 do
+    local name = flat[j]
+    local add = fields[name]
+    if add then
+      fields[name] = string.format('%.0f', tonumber(flat[j + 1]) + tonumber(add))
+    elseif floats and floats[name] then
+      floats[name] = string.format('%.17g', tonumber(flat[j + 1]) + tonumber(floats[name]))
+    end
+  end
+  local args = {}
+  local n = 0
+  for f, v in pairs(fields) do args[n + 1] = f; args[n + 2] = v; n = n + 2 end
+  if floats then
+    for f, v in pairs(floats) do args[n + 1] = f; args[n + 2] = v; n = n + 2 end
+    ops.f[key] = nil
+  end
+  for j = 1, n, 4000 do  -- unpack stays far below Lua's stack limit
+    redis.call('HSET', key, unpack(args, j, math.min(j + 3999, n)))
+  end
 end
 for key, fields in pairs(ops.f) do
-  for f, v in pairs(fields) do redis.call('HINCRBYFLOAT', key, f, string.format('%.17g', v)) end
+  for f, v in pairs(fields) do redis.call('HINCRBYFLOAT', key, f, v) end
 end
-for key, at in pairs(ops.x) do redis.call('EXPIREAT', key, string.format('%.0f', at)) end
+for key, at in pairs(ops.x) do redis.call('EXPIREAT', key, at) end
 for member, score in pairs(ops.z) do redis.call('ZADD', ops.zkey, 'GT', score, member) end
-for _, field in ipairs(ops.pd) do redis.call('HDEL', ops.pkey, field) end
-for field, value in pairs(ops.ps) do redis.call('HSET', ops.pkey, field, value) end
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
-return {1, ARGV[3]}
+for pkey, p in pairs(ops.p) do
+  for _, field in ipairs(p.d) do redis.call('HDEL', pkey, field) end
+  for field, value in pairs(p.s) do redis.call('HSET', pkey, field, value) end
+end
+for _, r in ipairs(ranges) do redis.call('HSET', KEYS[1], r[1], r[3]) end
+return {1}
 """
 
 _MERGE = """
@@ -146,38 +178,64 @@ class RedisStore:
         return f"{self.prefix}:wc:{resolution}:{bucket}:{sid}"
 
     # -- writing ------------------------------------------------------------------
-    def payload(self, delta: BatchDelta, source: str | None = None) -> str:
-        ints: dict[str, dict[str, float]] = {}
-        floats: dict[str, dict[str, float]] = {}
-        expire_at: dict[str, int] = {}
+    def payload(self, delta: BatchDelta,
+                pending: Mapping[str, tuple[Mapping[str, str], Iterable[str]]] | None = None) -> str:
+        """The JSON the apply script reads: every increment, expiry, zset score and waiting pair half.
 
-        def add(key: str, flat: dict[str, float]) -> None:
-            for name, value in flat.items():
-                (floats if name in FLOAT_FIELDS else ints).setdefault(key, {})[name] = value
+        Values are decimal text (HINCRBY/HINCRBYFLOAT take them as they are;
+        a Lua number would be printed with 14 digits). ``pending`` maps a
+        source to the pair halves that start waiting (``{pair_id: half}``)
+        and stop waiting (pair ids) in its ``P:pending:<source>`` hash.
+        """
+        ints: dict[str, dict[str, str]] = {}
+        floats: dict[str, dict[str, str]] = {}
+        expire_at: dict[str, str] = {}
+
+        def add(key: str, agg: Aggregate) -> None:
+            counts = agg.counts
+            fields = {name: "%d" % value for name, value in counts.items() if value and name not in FLOAT_FIELDS}
+            latency = agg.latency
+            if latency.buckets:
+                names = _BUCKET_FIELDS
+                for index, n in latency.buckets.items():
+                    name = names.get(index)
+                    if name is None:
+                        name = names[index] = LATENCY_PREFIX + str(index)
+                    fields[name] = "%d" % n
+            if latency.zero_count:
+                fields[_ZERO_FIELD] = "%d" % latency.zero_count
+            ints[key] = fields
+            as_float = {name: repr(float(counts[name])) for name in FLOAT_FIELDS if counts.get(name)}
+            if as_float:
+                floats[key] = as_float
 
         by_name = {r.name: r for r in self.resolutions}
+        window_key, count_key = self.window_key, self.count_key
         for (res, start, sid), agg in delta.windows.items():
-            key = self.window_key(res, start, sid)
-            add(key, agg.to_dict())
-            expire_at[key] = delta.expire_at[(res, start)]
+            key = window_key(res, start, sid)
+            add(key, agg)
+            at = delta.expire_at[(res, start)]
+            expire_at[key] = str(at)
             resolution = by_name.get(res)
             if resolution is not None and agg.traces:  # unknown resolutions: no reader uses their counts
                 bucket = self.count_bucket(resolution, start)
-                count_key = self.count_key(res, bucket, sid)
-                counts = ints.setdefault(count_key, {})
-                counts[str(start)] = counts.get(str(start), 0) + agg.traces
+                counts_key = count_key(res, bucket, sid)
+                window_counts = ints.setdefault(counts_key, {})
+                window_counts[str(start)] = "%d" % (int(window_counts.get(str(start), 0)) + agg.traces)
                 # the expiry of the bucket's last window: this window's, shifted
                 last = bucket + (COUNT_BUCKET_WINDOWS - 1) * resolution.size_seconds
-                expire_at[count_key] = expire_at[key] + last - start
+                expire_at[counts_key] = str(at + last - start)
         for sid, agg in delta.totals.items():
-            add(self.total_key(sid), agg.to_dict())
+            add(self.total_key(sid), agg)
         if delta.counters:
-            ints[f"{self.prefix}:counters"] = dict(delta.counters)
-        for key, fields in delta.extra.items():
-            floats.setdefault(f"{self.prefix}:x:{key}", {}).update(fields)  # extras: all HINCRBYFLOAT
+            ints[f"{self.prefix}:counters"] = {name: "%d" % n for name, n in delta.counters.items()}
+        for key, fields in delta.extra.items():  # extras: all HINCRBYFLOAT
+            floats.setdefault(f"{self.prefix}:x:{key}", {}).update(
+                {name: repr(float(value)) for name, value in fields.items()})
+        waiting = {self.pending_key(source): {"s": dict(starts), "d": sorted(stops)}
+                   for source, (starts, stops) in (pending or {}).items() if starts or stops}
         return json.dumps({"i": ints, "f": floats, "x": expire_at, "z": delta.last_seen,
-                           "zkey": f"{self.prefix}:slices", "pkey": self.pending_key(source),
-                           "ps": delta.pending_set, "pd": sorted(delta.pending_del)})
+                           "zkey": f"{self.prefix}:slices", "p": waiting})
 
     def pending_key(self, source: str | None) -> str:
         return f"{self.prefix}:pending:{source or ''}"
@@ -187,13 +245,30 @@ class RedisStore:
 
     def apply(self, delta: BatchDelta, source: str | None = None, first_offset: int | None = None,
               last_offset: int | None = None) -> bool:
-        args = [source or "", "" if first_offset is None else first_offset,
-                "" if last_offset is None else last_offset, self.payload(delta, source)]
+        """Apply ``delta`` atomically; with a source and offsets, only when the
+        source's watermark is below ``first_offset``, advancing it to ``last_offset``."""
+        ranges = [] if source is None or first_offset is None or last_offset is None else \
+            [(source, first_offset, last_offset)]
+        return self.apply_ranges(delta, ranges, {source or "": (delta.pending_set, delta.pending_del)}) is None
+
+    def apply_ranges(self, delta: BatchDelta, ranges: Sequence[tuple[str, int, int]],
+                     pending: Mapping[str, tuple[Mapping[str, str], Iterable[str]]] | None = None
+                     ) -> tuple[str, int] | None:
+        """Apply ``delta`` and advance every ``(source, first, last)`` watermark, atomically.
+
+        Nothing is written when any source's watermark is at or past its
+        ``first``: the refusal ``(source, watermark)`` is returned instead
+        (None when applied). ``pending`` as in :meth:`payload`.
+        """
+        args = [json.dumps([[source, str(first), str(last)] for source, first, last in ranges]),
+                self.payload(delta, pending)]
         try:
-            applied, _ = self._apply(keys=[f"{self.prefix}:offsets"], args=args)
+            reply = self._apply(keys=[f"{self.prefix}:offsets"], args=args)
         except redis.RedisError as exc:
             raise StoreError(f"applying a batch to Redis failed: {exc}") from exc
-        return bool(applied)
+        if reply[0]:
+            return None
+        return reply[1].decode(), int(reply[2])
 
     def admit(self, dim: str, value: str, cap: int) -> bool:
         try:

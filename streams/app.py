@@ -6,7 +6,7 @@ touches a record) and one service, :class:`AggregateService`, which runs
 :class:`streams.worker.ConsumeLoop`: ingest (decode + validate, rejects to
 the DLQ), aggregate (fold into windows and totals) and pair (join shadow
 pairs on ``pair_id``) in one pass over each fetched batch, written by one
-atomic Redis apply per partition and batch.
+atomic Redis apply per fetch (covering every partition in it).
 
 Faust's own consumer is switched off (:class:`_Boot`): the loop owns an
 aiokafka consumer in the same consumer group protocol as any Kafka client,

@@ -1,30 +1,40 @@
-"""One partition's batch: decode, validate, filter by watermark, fold (pure).
+"""One fetch's batch: decode, validate, filter by watermark, fold (pure).
 
 No broker here: a *record* is anything with ``topic``, ``partition``,
 ``offset``, ``key``, ``value`` and ``timestamp`` (milliseconds) attributes —
 aiokafka's ``ConsumerRecord`` in the worker, a small dataclass in tests.
 
+A :class:`Batch` is the consecutive records of one or more partitions
+(one :class:`PartitionBatch` each) that the worker applies to Redis in one
+atomic step. Records are decoded in two ways: the native fast path
+(:mod:`monitor.native`) folds the plain full-form traces straight into
+groups, and Python validates the rest (:func:`monitor.schema.validate`),
+which is where every rejection and its reasons come from.
+
 Guarantees:
 
-* every record of a batch ends up either as a trace or as a rejection with
-  at least one reason (nothing is dropped silently);
+* every record ends up as a trace (folded natively or in Python) or as a
+  rejection with at least one reason (nothing is dropped silently);
 * a rejection keeps the original bytes and the source coordinates, so the
   DLQ record can be built from it (:mod:`streams.dlq`);
-* :meth:`PartitionBatch.after` keeps exactly the records whose offset is
-  above a watermark, and :attr:`PartitionBatch.first_offset` /
-  :attr:`PartitionBatch.last_offset` span the records kept — accepted and
-  rejected alike, because a rejection also advances the watermark (it is
-  counted in ``dlq``);
-* :func:`fold_batch` is :func:`monitor.fold.fold` of the accepted traces plus
-  ``dlq`` = the number of rejections, so one store apply writes both.
+* :meth:`Batch.after` keeps exactly the records above each partition's
+  watermark, and a part's ``first_offset`` / ``last_offset`` span all its
+  records — accepted and rejected alike, because a rejection also advances
+  the watermark (it is counted in ``dlq``);
+* :func:`fold_batch` is :func:`monitor.fold.fold` of every accepted trace
+  (the groups do not depend on which path read which record) plus ``dlq`` =
+  the number of rejections, so one store apply writes both.
 """
 
 from __future__ import annotations
 
+import logging
+from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from monitor.fold import BatchDelta, fold
+from monitor.fold import BatchDelta, Group, GroupKey, group_traces, place_groups
+from monitor.native import NativeFolder
 from monitor.schema import Trace, TraceError, validate
 from monitor.slices import Slicer
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
@@ -35,6 +45,8 @@ try:  # orjson is ~5x faster than json on trace-sized objects
 except ImportError:  # pragma: no cover - orjson is a declared dependency
     from json import JSONDecodeError as _JSONDecodeError  # type: ignore[assignment]
     from json import loads as _loads  # type: ignore[assignment]
+
+log = logging.getLogger("fleetmon.worker")
 
 #: Default largest value accepted as a trace (bytes); larger ones go to the DLQ.
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
@@ -53,15 +65,22 @@ class Rejection:
 
 @dataclass(slots=True)
 class PartitionBatch:
-    """Consecutive records of one partition, decoded (offsets ascending)."""
+    """Consecutive records of one partition (offsets ascending), decoded.
+
+    ``traces`` are the ones Python validated (``positions``: their places in
+    the batch, which order the fold); ``native_count`` more were folded by
+    the native path into the batch's groups, the latest at ``native_latest``.
+    """
 
     topic: str
     partition: int
-    offsets: list[int] = field(default_factory=list)      # of ``traces``, same order
+    records: Sequence[Any] = ()
+    base: int = 0                                           # the first record's position in the batch
+    positions: list[int] = field(default_factory=list)    # of ``traces``, same order
     traces: list[Trace] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
-    first_offset: int = -1
-    last_offset: int = -1
+    native_count: int = 0
+    native_latest: float | None = None
 
     @property
     def source(self) -> str:
@@ -69,28 +88,84 @@ class PartitionBatch:
         return f"{self.topic}:{self.partition}"
 
     @property
+    def first_offset(self) -> int:
+        return self.records[0].offset if self.records else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.records[-1].offset if self.records else -1
+
+    @property
     def size(self) -> int:
-        return len(self.traces) + len(self.rejections)
+        return len(self.records)
+
+    @property
+    def trace_offsets(self) -> list[int]:
+        """The offsets of ``traces`` (the Python-validated ones), same order."""
+        return [self.records[position - self.base].offset for position in self.positions]
+
+    @property
+    def trace_count(self) -> int:
+        return len(self.traces) + self.native_count
+
+    @property
+    def latest_ts(self) -> float | None:
+        """The latest event time of the part's traces (None without traces)."""
+        latest = self.native_latest
+        for trace in self.traces:
+            if latest is None or trace.ts > latest:  # type: ignore[operator]
+                latest = trace.ts
+        return latest
+
+
+@dataclass(slots=True)
+class Batch:
+    """The records of one fetch, by partition, decoded (see the module docstring)."""
+
+    parts: list[PartitionBatch] = field(default_factory=list)
+    groups: list[tuple[GroupKey, Group]] = field(default_factory=list)   # the native path's
+    # how it was decoded, so that :meth:`after` decodes the rest the same way
+    now: float = 0.0
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    native: NativeFolder | None = None
+
+    @property
+    def size(self) -> int:
+        return sum(part.size for part in self.parts)
+
+    @property
+    def trace_count(self) -> int:
+        return sum(part.trace_count for part in self.parts)
+
+    @property
+    def rejection_count(self) -> int:
+        return sum(len(part.rejections) for part in self.parts)
+
+    @property
+    def traces(self) -> Iterator[Trace]:
+        """The traces validated in Python (not the natively folded ones)."""
+        for part in self.parts:
+            yield from part.traces
+
+    def ranges(self) -> list[tuple[str, int, int]]:
+        """``(source, first offset, last offset)`` of each partition: what one apply covers."""
+        return [(part.source, part.first_offset, part.last_offset) for part in self.parts if part.records]
 
     def __bool__(self) -> bool:
         return self.size > 0
 
-    def after(self, watermark: int | None) -> "PartitionBatch":
-        """The records with offset > ``watermark`` (all of them when None)."""
-        if watermark is None or watermark < self.first_offset:
-            return self
-        kept = PartitionBatch(self.topic, self.partition)
-        if watermark >= self.last_offset:
-            return kept
-        for offset, trace in zip(self.offsets, self.traces):
-            if offset > watermark:
-                kept.offsets.append(offset)
-                kept.traces.append(trace)
-        kept.rejections = [r for r in self.rejections if r.offset > watermark]
-        # both lists ascend; the last record is kept since watermark < last_offset
-        kept.first_offset = min(kept.offsets[:1] + [r.offset for r in kept.rejections[:1]])
-        kept.last_offset = self.last_offset
-        return kept
+    def after(self, watermarks: Mapping[str, int | None]) -> "Batch":
+        """The records above each partition's watermark (by source), decoded again the same way."""
+        return decode_batch([(part.topic, part.partition, records_after(part.records, watermarks.get(part.source)))
+                             for part in self.parts], self.now,
+                            max_record_bytes=self.max_record_bytes, native=self.native)
+
+
+def records_after(records: Sequence[Any], watermark: int | None) -> Sequence[Any]:
+    """The suffix of ``records`` (offsets ascending) with offset > ``watermark``."""
+    if watermark is None or not records or records[0].offset > watermark:
+        return records
+    return records[bisect_right(records, watermark, key=lambda r: r.offset):]
 
 
 def reject_reason_for_bytes(value: bytes, exc: Exception) -> str:
@@ -102,20 +177,15 @@ def reject_reason_for_bytes(value: bytes, exc: Exception) -> str:
     return f"value is not valid JSON ({exc})"
 
 
-def decode_records(topic: str, partition: int, records: Sequence[Any], now: float, *,
-                   max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                   loads: Callable[[bytes], Any] = _loads) -> PartitionBatch:
-    """Decode and validate ``records`` (one partition, offsets ascending).
+def _decode_python(part: PartitionBatch, records: Iterable[tuple[int, Any]], now: float, max_record_bytes: int,
+                   loads: Callable[[bytes], Any]) -> None:
+    """Validate ``(position, record)`` pairs in Python into ``part``'s traces and rejections.
 
-    ``now`` (epoch seconds) is passed to :func:`monitor.schema.validate`, so
-    traces stamped too far in the future are rejected. Never raises for bad
-    input: an unexpected exception from validation becomes a rejection too.
+    Never raises for bad input: an unexpected exception from validation
+    becomes a rejection too.
     """
-    batch = PartitionBatch(topic, partition)
-    if not records:
-        return batch
-    offsets, traces, rejections = batch.offsets, batch.traces, batch.rejections
-    for record in records:
+    positions, traces, rejections = part.positions, part.traces, part.rejections
+    for position, record in records:
         value = record.value
         reasons: list[str]
         if value is None:
@@ -137,23 +207,79 @@ def decode_records(topic: str, partition: int, records: Sequence[Any], now: floa
                     reasons = [f"validation failed unexpectedly: {type(exc).__name__}: {exc}"]
                 else:
                     if trace.ts is not None:
-                        offsets.append(record.offset)
+                        positions.append(position)
                         traces.append(trace)
                         continue
                     reasons = ["ts is required for streaming (event time decides the window); "
                                "`fleetmon replay` stamps compact records that lack it"]
         rejections.append(Rejection(record.offset, reasons, value, record.key, record.timestamp))
-    batch.first_offset = records[0].offset
-    batch.last_offset = records[-1].offset
+
+
+def decode_batch(parts: Sequence[tuple[str, int, Sequence[Any]]], now: float, *,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, loads: Callable[[bytes], Any] = _loads,
+                 native: NativeFolder | None = None) -> Batch:
+    """Decode and validate ``(topic, partition, records)`` parts (offsets ascending in each).
+
+    ``now`` (epoch seconds) is the validation clock, so traces stamped too
+    far in the future are rejected. With ``native``, the records it takes
+    are folded there in one call and only the rest are decoded here.
+    """
+    batch = Batch(now=now, max_record_bytes=max_record_bytes, native=native)
+    base = 0
+    for topic, partition, records in parts:
+        if records:
+            batch.parts.append(PartitionBatch(topic, partition, records, base))
+            base += len(records)
+    if native is None:
+        for part in batch.parts:
+            _decode_python(part, enumerate(part.records, part.base), now, max_record_bytes, loads)
+        return batch
+    try:
+        result = native.fold([record.value for part in batch.parts for record in part.records], now,
+                             [part.size for part in batch.parts])
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - a fault (even a panic) in the fast path: decode it all in Python
+        log.exception("the native fold failed on a batch of %d records; decoding it in Python", batch.size)
+        return decode_batch(parts, now, max_record_bytes=max_record_bytes, loads=loads, native=None)
+    batch.groups = result.groups
+    slow = iter(result.slow)
+    pending = next(slow, None)
+    start = 0
+    for part, (count, latest) in zip(batch.parts, result.parts):
+        part.native_count, part.native_latest = count, latest
+        end = start + part.size
+        left = []
+        while pending is not None and pending < end:
+            left.append((pending, part.records[pending - start]))
+            pending = next(slow, None)
+        _decode_python(part, left, now, max_record_bytes, loads)
+        start = end
     return batch
 
 
-def fold_batch(batch: PartitionBatch, slicer: Slicer, now: float,
+def decode_records(topic: str, partition: int, records: Sequence[Any], now: float, **options: Any) -> Batch:
+    """:func:`decode_batch` of one partition's records."""
+    return decode_batch([(topic, partition, records)], now, **options)
+
+
+def fold_batch(batch: Batch, slicer: Slicer, now: float,
                resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS) -> BatchDelta:
-    """The delta of one batch: the fold of its traces plus its ``dlq`` count."""
-    delta = fold(batch.traces, slicer, now, resolutions)
-    if batch.rejections:
-        delta.count("dlq", len(batch.rejections))
+    """The delta of one batch: the fold of its traces (both paths) plus its ``dlq`` count."""
+    if batch.native is not None and not batch.native.folds_like(slicer.dimensions, resolutions):
+        raise ValueError("the batch was folded natively with other dimensions or windows than "
+                         f"{list(slicer.dimensions)} / {[r.name for r in resolutions]}")
+    delta = BatchDelta()
+    groups: dict[GroupKey, Group] = {}
+    for part in batch.parts:
+        group_traces(part.traces, slicer.dimensions, resolutions, positions=part.positions, groups=groups)
+    items = list(groups.items())
+    if batch.groups:  # one order for both paths: as if one pass had seen every record
+        items = sorted(items + batch.groups, key=lambda item: item[1].first)
+    place_groups(items, slicer, now, resolutions, delta)
+    rejected = batch.rejection_count
+    if rejected:
+        delta.count("dlq", rejected)
     return delta
 
 

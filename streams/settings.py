@@ -15,11 +15,12 @@ pairs).
 Tuning knobs of the worker alone (environment or flag):
 
 ==================================  ===================================  =========
-``FLEETMON_WORKER_BATCH_MAX_RECORDS``  records per batch, at most          50000
-``FLEETMON_WORKER_BATCH_WITHIN``       seconds a batch may wait to fill     0.5
+``FLEETMON_WORKER_BATCH_MAX_RECORDS``  records per batch, at most          200000
+``FLEETMON_WORKER_BATCH_WITHIN``       seconds a batch may wait to fill     1.0
 ``FLEETMON_WORKER_MAX_RECORD_BYTES``   largest value accepted as a trace    1048576
 ``FLEETMON_WORKER_PARTITIONS``         partitions of topics it creates      4
 ``FLEETMON_WORKER_SESSION_TIMEOUT``    consumer group session (seconds)     10
+``FLEETMON_WORKER_NATIVE``             fold with the native fast path        1
 ==================================  ===================================  =========
 
 Everything is read once into a frozen :class:`WorkerSettings`; nothing reads
@@ -49,11 +50,12 @@ class WorkerSettings:
     dimensions: tuple[str, ...] = DEFAULT_DIMENSIONS
     max_slice_values: int = 100
     resolutions: tuple[Resolution, ...] = field(default_factory=lambda: resolutions_for(48 * 3600, 35 * 86400))
-    batch_max_records: int = 50_000
-    batch_within_seconds: float = 0.5
+    batch_max_records: int = 200_000
+    batch_within_seconds: float = 1.0
     max_record_bytes: int = 1024 * 1024
     partitions: int = 4
     session_timeout_seconds: float = 10.0
+    native: bool = True                       # the compiled fast path (monitor.native), when installed
     auto_offset_reset: str = "earliest"
     kafka_security: KafkaConfig = field(default_factory=KafkaConfig)
     pair_ttl_seconds: float | None = 3600.0   # None: no shadow pairing
@@ -87,7 +89,7 @@ class WorkerSettings:
                 "dimensions": list(self.dimensions), "max_slice_values": self.max_slice_values,
                 "windows": {r.name: r.retention_seconds for r in self.resolutions},
                 "batch_max_records": self.batch_max_records, "batch_within_seconds": self.batch_within_seconds,
-                "pair_ttl_seconds": self.pair_ttl_seconds, "security_protocol": self.kafka_security.security_protocol}
+                "pair_ttl_seconds": self.pair_ttl_seconds, "native": self.native, "security_protocol": self.kafka_security.security_protocol}
 
 
 def _positive(kind: type, name: str, text: str) -> Any:
@@ -98,6 +100,15 @@ def _positive(kind: type, name: str, text: str) -> Any:
     if not value > 0:
         raise ValueError(f"{name} must be a number > 0, got {text!r}")
     return value
+
+
+def _switch(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be 1 or 0 (true/false, on/off), got {text!r}")
 
 
 def _dimensions(text: str) -> tuple[str, ...]:
@@ -114,6 +125,7 @@ _WORKER_KNOBS: tuple[tuple[str, str, Any], ...] = (
     ("max_record_bytes", "FLEETMON_WORKER_MAX_RECORD_BYTES", lambda t: _positive(int, "max record bytes", t)),
     ("partitions", "FLEETMON_WORKER_PARTITIONS", lambda t: _positive(int, "partitions", t)),
     ("session_timeout_seconds", "FLEETMON_WORKER_SESSION_TIMEOUT", lambda t: _positive(float, "session timeout", t)),
+    ("native", "FLEETMON_WORKER_NATIVE", lambda t: _switch("native", t)),
 )
 
 
@@ -188,9 +200,9 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-slice-values", help="distinct values admitted per dimension before the rest "
                                                    "fold into __other__ (default 100)")
     add_window_flags(parser)
-    parser.add_argument("--batch-max-records", help="records per batch at most (default 50000)")
+    parser.add_argument("--batch-max-records", help="records per batch at most (default 200000)")
     parser.add_argument("--batch-within", dest="batch_within_seconds",
-                        help="seconds a batch may wait to fill up (default 0.5)")
+                        help="seconds a batch may wait to fill up (default 1.0)")
     parser.add_argument("--max-record-bytes", help="largest value accepted as a trace; larger ones go to "
                                                    "the DLQ (default 1048576)")
     parser.add_argument("--partitions", help="partitions of the topics the worker creates (default 4)")

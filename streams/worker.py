@@ -1,4 +1,4 @@
-"""The consume loop: Kafka batches → validate → fold → one Redis apply per partition → commit.
+"""The consume loop: Kafka fetches → decode + validate → fold → one atomic Redis apply per fetch → commit.
 
 Why the loop owns an aiokafka consumer instead of being a Faust agent:
 measured on the project machine (2 cores), a Faust agent on a raw-bytes
@@ -6,27 +6,40 @@ topic draining ``stream.take(10_000, within=1)`` with no processing moved
 about 9,300 records/s, while a bare aiokafka consumer calling ``getmany``
 drained the same topic at 220,000–500,000 records/s. Faust's per-event path
 (conductor → channel queue → one Event per record → per-record acks) costs
-~100 µs a record, more than twice the whole 40 µs budget of the 25,000
-traces/s target.
-So :mod:`streams.app` runs this loop inside the Faust worker as a service
-that owns its consumer and takes whole fetches; Faust keeps the process
-lifecycle (signals, logging, graceful stop), the topic declarations and the
-producer the DLQ is written with.
+~100 µs a record. So :mod:`streams.app` runs this loop inside the Faust
+worker as a service that owns its consumer and takes whole fetches; Faust
+keeps the process lifecycle (signals, logging, graceful stop), the topic
+declarations and the producer the DLQ is written with.
+
+Where the time goes, and what the loop does about it (``bench/throughput.py``):
+
+* decoding and validating: the native fast path (:mod:`monitor.native`, Rust)
+  decodes, validates and group-folds the plain full-form traces of a whole
+  fetch in one call with the GIL released; Python validates only the rest
+  (and writes every rejection reason);
+* Redis: cost grows with the hash fields written per apply, so one apply
+  covers a whole fetch (every partition in it) rather than one partition,
+  fetches are large (``batch_max_records``, 200,000 by default), and the
+  apply script reads and rewrites each hash once instead of one HINCRBY a
+  field;
+* pipelining: the apply thread decodes, folds, dead-letters and applies
+  fetch N while the event loop already fetches N + 1 (one fetch in flight
+  at most, so applies stay in offset order).
 
 Exactly-once effect on Redis (Kafka itself delivers at least once):
 
-* a batch is one partition's consecutive records; its delta (traces folded
-  by :func:`monitor.fold.fold` plus the ``dlq`` count) is written by one
-  atomic ``RedisStore.apply(delta, "topic:partition", first, last)`` that
-  also advances the partition's watermark, and is skipped by Redis when
-  ``first`` is at or below the watermark;
+* a batch is the fetched records of one or more partitions; its delta
+  (traces folded by :func:`monitor.fold.fold` plus the ``dlq`` count) is
+  written by one atomic ``RedisStore.apply_ranges(delta, [(topic:partition,
+  first, last), ...])`` that also advances every partition's watermark, and
+  is refused by Redis when any ``first`` is at or below its watermark;
 * on assignment the loop reads each partition's watermark and seeks to
   ``watermark + 1`` (Redis, not the committed offset, decides the position,
   so a crash between apply and commit re-reads nothing twice); records at or
-  below the cached watermark are dropped before folding;
-* when an apply is refused (another worker — e.g. a zombie that lost the
-  partition — got there first), the watermark is re-read, the records at or
-  below it dropped and the rest folded again and applied;
+  below the cached watermark are dropped before decoding;
+* when an apply is refused (another worker — e.g. a zombie that lost a
+  partition — got there first), the watermarks are re-read, the records at
+  or below them dropped and the rest decoded, folded and applied again;
 * offsets are committed to Kafka only after the apply (at most once a
   second, and on revocation and stop) — they matter for lag monitoring and
   for partitions that have no watermark yet.
@@ -35,22 +48,18 @@ Shadow pairing (baseline ⋈ shadow on ``pair_id``; the producer keys by
 ``pair_id`` so both halves reach the same partition): each partition has a
 :class:`monitor.pairing.Pairer` whose waiting halves are persisted by the
 same apply (``P:pending:<topic>:<partition>``) and reloaded on assignment
-and after a refused apply. Pairing runs in the apply thread, which owns the
-pairers, so the fold of the next batch never races it. A half waits
-``pair_ttl`` of *event time*: the clock is the batch's latest ``ts``
-(capped at wall time), so ``fleetmon rebuild`` pairs old traffic as the live
-worker did (only a half that waited about the TTL may fare differently, as
-batch boundaries differ).
+and after a refused or failed apply. Traces with a ``pair_id`` always take
+the Python path, so the pairer sees whole traces. Pairing runs in the apply
+thread, which owns the pairers. A half waits ``pair_ttl`` of *event time*:
+the clock is its partition's latest ``ts`` in the batch (capped at wall
+time), so ``fleetmon rebuild`` pairs old traffic as the live worker did
+(only a half that waited about the TTL may fare differently, as batch
+boundaries differ).
 
-Pipelining: the apply runs in one background thread (the Redis round trip
-and the Lua script's time overlap the next batch's decode and fold); at
-most one apply is in flight, so applies stay in offset order. Rejected
-records are written to the DLQ (and acknowledged) before the apply that
-counts them.
-
-Infrastructure failures (Redis or the DLQ unreachable) are retried with
-backoff and logged; nothing is committed meanwhile, so the worker stalls
-rather than drops. Bad *input* never raises out of the loop.
+Rejected records are written to the DLQ (and acknowledged) before the apply
+that counts them. Infrastructure failures (Redis or the DLQ unreachable) are
+retried with backoff and logged; nothing is committed meanwhile, so the
+worker stalls rather than drops. Bad *input* never raises out of the loop.
 """
 
 from __future__ import annotations
@@ -63,7 +72,7 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 import redis
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -75,7 +84,9 @@ from monitor.pricing import PriceMap
 from monitor.slices import Slicer
 from monitor.store import StoreError
 from monitor.store_redis import RedisGuard, RedisStore
-from streams.batch import PartitionBatch, decode_records, fold_batch, merge_fetches
+from monitor.native import NativeFolder
+from monitor.native import available as native_available
+from streams.batch import Batch, PartitionBatch, decode_batch, fold_batch, merge_fetches, records_after
 from streams.dlq import dlq_key, encode_bounded
 from streams.settings import WorkerSettings
 
@@ -94,6 +105,10 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+
+
+def _describe(batch: Batch) -> str:
+    return ", ".join(f"{source} offsets {first}..{last}" for source, first, last in batch.ranges())
 
 
 class DlqSink(Protocol):
@@ -163,6 +178,14 @@ class ConsumeLoop:
         self.clock = clock
         self.slicer = Slicer(settings.dimensions, RedisGuard(store, settings.max_slice_values))
         self.prices = PriceMap.load(settings.price_map or None) if settings.pair_ttl_seconds else None
+        self.native: NativeFolder | None = None
+        if settings.native and native_available():
+            self.native = NativeFolder(settings.dimensions, settings.resolutions,
+                                       max_record_bytes=settings.max_record_bytes,
+                                       pair_id_slow=self.prices is not None)
+        elif settings.native:
+            log.warning("the native fold (fleetmon_native) is not installed: folding in Python, "
+                        "several times slower; `make install` builds it")
         self.pairers: dict[TopicPartition, Pairer] = {}   # touched by the apply thread only, once assigned
         self.consumer = consumer or make_consumer(settings)
         self.counters = LoopCounters()
@@ -175,11 +198,13 @@ class ConsumeLoop:
         self._stop = False
         self._started = False
         self._closing: asyncio.Future | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ----------------------------------------------------------------
     async def start(self) -> None:
         self.consumer.subscribe([self.settings.topic], listener=_Rebalance(self))
         await self.consumer.start()
+        self._event_loop = asyncio.get_running_loop()
         self._started = True
 
     def request_stop(self) -> None:
@@ -253,30 +278,31 @@ class ConsumeLoop:
 
     # -- processing ---------------------------------------------------------------
     async def _process(self, fetched: dict[TopicPartition, list[Any]]) -> None:
-        now = self.clock()
+        """Hand a fetch to the apply thread (after the previous one is done), without waiting for it:
+        the next fetch overlaps this one's decode, fold and apply."""
+        parts: list[tuple[TopicPartition, Sequence[Any]]] = []
         for tp, records in fetched.items():
             if tp not in self.assigned or not records:
                 continue  # revoked while the fetch was in our hands: the new owner reads it
             self.counters.records += len(records)
-            batch = decode_records(tp.topic, tp.partition, records, now,
-                                   max_record_bytes=self.settings.max_record_bytes)
-            fresh = batch.after(self.watermarks.get(tp))
-            self.counters.records_already_applied += batch.size - fresh.size
-            if not fresh:
-                await self._finish_inflight()
-                self._to_commit[tp] = records[-1].offset + 1
-                continue
-            try:
-                delta = fold_batch(fresh, self.slicer, now, self.settings.resolutions)
-            except StoreError:
-                delta = None  # the guard's Redis is unreachable: the apply thread folds and retries
-            if fresh.rejections and self.dlq is not None:
-                await self._send_dlq(fresh, now)
-            await self._finish_inflight()
-            if tp not in self.assigned:
-                continue  # revoked while we awaited: its pairer is gone, the new owner applies it
+            # records at or below the watermark are dropped before decoding: they are applied already
+            fresh = records_after(records, self.watermarks.get(tp))
+            self.counters.records_already_applied += len(records) - len(fresh)
+            if fresh:
+                parts.append((tp, fresh))
+            else:
+                self._mark_committable(tp, records[-1].offset)
+        if not parts:
+            return
+        await self._finish_inflight()
+        parts = [(tp, records) for tp, records in parts if tp in self.assigned]  # revoked while we awaited
+        if parts:
             self._inflight = asyncio.get_running_loop().run_in_executor(
-                self._executor, self._apply_blocking, tp, fresh, delta, now)
+                self._executor, self._handle_blocking, parts, self.clock())
+
+    def _mark_committable(self, tp: TopicPartition, applied: int) -> None:
+        if tp in self.assigned:
+            self._to_commit[tp] = max(self._to_commit.get(tp, 0), applied + 1)
 
     async def _finish_inflight(self) -> None:
         # The rebalance callback may await the same apply as the loop does;
@@ -285,72 +311,105 @@ class ConsumeLoop:
         if future is None:
             return
         try:
-            tp, mark = await future
+            marks = await future
         finally:
             if self._inflight is future:
                 self._inflight = None
-        if tp in self.assigned:
-            self.watermarks[tp] = mark
-            self._to_commit[tp] = mark + 1
+        for tp, mark in marks.items():
+            if tp in self.assigned:
+                self.watermarks[tp] = mark
+                self._mark_committable(tp, mark)
 
-    def _apply_blocking(self, tp: TopicPartition, batch: PartitionBatch, delta: BatchDelta | None,
-                        now: float) -> tuple[TopicPartition, int]:
-        """Apply one batch (runs in the apply thread); returns the new watermark.
+    def _handle_blocking(self, parts: list[tuple[TopicPartition, Sequence[Any]]],
+                         now: float) -> dict[TopicPartition, int]:
+        """Decode, fold, dead-letter and apply one fetch (runs in the apply thread); returns the watermarks."""
+        batch = decode_batch([(tp.topic, tp.partition, records) for tp, records in parts], now,
+                             max_record_bytes=self.settings.max_record_bytes, native=self.native)
+        tps = {part.source: tp for part, (tp, _) in zip(batch.parts, parts)}
+        if batch.rejection_count and self.dlq is not None:
+            for part in batch.parts:
+                if part.rejections:  # written (and acknowledged) before the apply that counts them
+                    asyncio.run_coroutine_threadsafe(self._send_dlq(part, now), self._event_loop).result()
+        return self._apply_blocking(tps, batch, now)
 
-        ``delta`` None means "fold it here" (the cardinality guard could not
-        reach Redis when the loop folded it)."""
+    def _apply_blocking(self, tps: dict[str, TopicPartition], batch: Batch, now: float) -> dict[TopicPartition, int]:
+        """Apply one batch (in the apply thread): fold, pair, one atomic apply; returns the new watermarks.
+
+        Infrastructure errors are retried (the fold too: the cardinality
+        guard may need Redis); a refused apply re-reads the watermarks and
+        applies what is left above them."""
         attempt = 0
-        paired = False
+        marks: dict[TopicPartition, int] = {}
+        delta: BatchDelta | None = None
+        pending: dict[str, tuple[dict[str, str], set[str]]] = {}
+        stale_pairers = False
         while True:
             if self._stop and attempt:
                 raise StopRequested()
             try:
+                if stale_pairers:  # they ran ahead of what was applied: take the store's
+                    for source, tp in tps.items():
+                        if tp in self.pairers:
+                            self.pairers[tp] = self._load_pairer(source)
+                    stale_pairers = False
                 if delta is None:
                     delta = fold_batch(batch, self.slicer, now, self.settings.resolutions)
-                if not paired:
-                    self._pair(tp, batch, delta, now)
-                    paired = True
-                if self.store.apply(delta, batch.source, batch.first_offset, batch.last_offset):
+                    pending = self._pair(tps, batch, delta, now)
+                refused = self.store.apply_ranges(delta, batch.ranges(), pending)
+                if refused is None:
                     self.counters.batches += 1
-                    self.counters.traces += len(batch.traces)
-                    self.counters.rejected += len(batch.rejections)
-                    return tp, batch.last_offset
-                mark = self.store.applied_offset(batch.source)
-                if tp in self.pairers:  # our pairer ran ahead of what was applied: take the store's
-                    self.pairers[tp] = self._load_pairer(batch.source)
+                    self.counters.traces += batch.trace_count
+                    self.counters.rejected += batch.rejection_count
+                    for part in batch.parts:
+                        marks[tps[part.source]] = part.last_offset
+                    return marks
+                watermarks = self.store.applied_offsets()
             except (StoreError, redis.RedisError) as exc:
                 attempt += 1
                 delay = min(RETRY_MAX_SECONDS, 0.2 * 2 ** min(attempt, 6))
-                log.warning("Redis apply of %s offsets %d..%d failed (attempt %d), retrying in %.1f s: %s: %s",
-                            batch.source, batch.first_offset, batch.last_offset, attempt, delay,
-                            type(exc).__name__, exc)
+                log.warning("Redis apply of %s failed (attempt %d), retrying in %.1f s: %s: %s",
+                            _describe(batch), attempt, delay, type(exc).__name__, exc)
+                stale_pairers = stale_pairers or (delta is not None and bool(self.pairers))
+                delta = None
                 deadline = time.monotonic() + delay
                 while time.monotonic() < deadline and not self._stop:
                     time.sleep(0.1)
                 continue
             # Refused: part of the range is already applied by someone else.
             self.counters.applies_refused += 1
-            rest = batch.after(mark)
+            stale_pairers = bool(self.pairers)
+            rest = batch.after(watermarks)
             self.counters.records_already_applied += batch.size - rest.size
-            log.info("apply of %s from offset %d refused (watermark %s); refolding %d records",
-                     batch.source, batch.first_offset, mark, rest.size)
+            log.info("apply of %s refused (%s at watermark %s); refolding the %d records above the watermarks",
+                     _describe(batch), refused[0], refused[1], rest.size)
+            left = {part.source for part in rest.parts}
+            for part in batch.parts:
+                if part.source not in left:  # the store holds all of it already
+                    marks[tps[part.source]] = watermarks[part.source]
             if not rest:
-                return tp, max(mark if mark is not None else -1, batch.last_offset)
-            batch, delta, paired = rest, None, False
+                return marks
+            tps = {source: tp for source, tp in tps.items() if source in left}
+            batch, delta = rest, None
 
-    def _pair(self, tp: TopicPartition, batch: PartitionBatch, delta: BatchDelta, now: float) -> None:
-        """Join the batch's shadow pairs into ``delta`` (what fold(pairer=...) does, in the apply thread)."""
-        pairer = self.pairers.get(tp)
-        if pairer is None or not batch.traces:
-            return
+    def _pair(self, tps: dict[str, TopicPartition], batch: Batch, delta: BatchDelta,
+              now: float) -> dict[str, tuple[dict[str, str], set[str]]]:
+        """Join the batch's shadow pairs into ``delta``; returns the waiting halves' changes per source."""
+        pending: dict[str, tuple[dict[str, str], set[str]]] = {}
         key = self.slicer.key
-        latest = 0.0
-        for trace in batch.traces:
-            if trace.ts > latest:  # type: ignore[operator]
-                latest = trace.ts  # type: ignore[assignment]
-            if trace.pair_id is not None and trace.arm in PAIRED_ARMS:
-                pairer.offer(trace, key(trace), delta)
-        pairer.expire(min(now, latest), delta)
+        for part in batch.parts:
+            pairer = self.pairers.get(tps[part.source])
+            latest = part.latest_ts
+            if pairer is None or latest is None:
+                continue
+            paired = BatchDelta()
+            for trace in part.traces:  # the native path leaves every trace with a pair_id to Python
+                if trace.pair_id is not None and trace.arm in PAIRED_ARMS:
+                    pairer.offer(trace, key(trace), paired)
+            pairer.expire(min(now, latest), paired)
+            pending[part.source] = (paired.pending_set, paired.pending_del)
+            paired.pending_set, paired.pending_del = {}, set()
+            delta.merge(paired)
+        return pending
 
     def _load_pairer(self, source: str) -> Pairer:
         assert self.prices is not None and self.settings.pair_ttl_seconds is not None
@@ -358,14 +417,14 @@ class ConsumeLoop:
         pairer.load(self.store.pending(source))
         return pairer
 
-    async def _send_dlq(self, batch: PartitionBatch, now: float) -> None:
+    async def _send_dlq(self, part: PartitionBatch, now: float) -> None:
         assert self.dlq is not None
         records = []
-        for rejection in batch.rejections:
-            value = encode_bounded(topic=batch.topic, partition=batch.partition, offset=rejection.offset,
+        for rejection in part.rejections:
+            value = encode_bounded(topic=part.topic, partition=part.partition, offset=rejection.offset,
                                    value=rejection.value, reasons=rejection.reasons, key=rejection.key,
                                    timestamp_ms=rejection.timestamp_ms, rejected_at=now)
-            records.append((dlq_key(batch.topic, batch.partition, rejection.offset), value))
+            records.append((dlq_key(part.topic, part.partition, rejection.offset), value))
         attempt = 0
         while True:
             try:
@@ -377,7 +436,7 @@ class ConsumeLoop:
                     raise StopRequested() from exc
                 delay = min(RETRY_MAX_SECONDS, 0.2 * 2 ** min(attempt, 6))
                 log.warning("writing %d records of %s to the DLQ failed (attempt %d), retrying in %.1f s: %s: %s",
-                            len(records), batch.source, attempt, delay, type(exc).__name__, exc)
+                            len(records), part.source, attempt, delay, type(exc).__name__, exc)
                 await self._pause(delay)
 
     async def _commit_ready(self, force: bool = False) -> None:

@@ -77,3 +77,36 @@ def test_redis_guard_is_shared_between_workers(redis_client):
     assert [first.admit("tenant", f"t{i}") for i in range(2)] == ["t0", "t1"]
     assert [second.admit("tenant", v) for v in ("t5", "t0", "t6")] == ["t5", "t0", "__other__"]
     assert first.admit("tenant", "t7") == "__other__"
+
+
+def test_an_apply_merges_into_existing_hashes_exactly_even_very_wide_ones(redis_client):
+    """The apply script reads and rewrites each hash once; a hash wider than one HSET call is written in parts."""
+    store = RedisStore(redis_client, f"wide-{random.randrange(10**9)}")
+    models = [f"model-{i}" for i in range(3000)]   # 3 token fields each: 9,000 fields in one window hash
+    batch = [validate({"trace_id": f"t{i}", "ts": NOW - 30, "model_id": m, "ok": True, "tokens_in": 2**40 + i,
+                       "tokens_out": 7, "tokens_cached_in": 1, "fees_usd": 0.1, "latency_ms": 250 + i})
+             for i, m in enumerate(models)]
+    slicer = Slicer(dimensions=("tenant",))
+    for _ in range(2):
+        assert store.apply(fold(batch, slicer, NOW))
+    (key,) = [k for k in redis_client.scan_iter(match=f"{store.prefix}:w:1m:*")]
+    stored = {k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()}
+    assert len(stored) > 9000
+    assert stored["traces"] == "6000"
+    assert all(stored[f"tokens_in:{m}"] == str(2 * (2**40 + i)) for i, m in enumerate(models))
+    assert abs(float(stored["fees_usd"]) - 600.0) < 1e-9
+    assert store.totals()["tenant=unknown"].traces == 6000
+
+
+def test_an_apply_of_several_partitions_is_all_or_nothing(redis_client):
+    store = RedisStore(redis_client, f"ranges-{random.randrange(10**9)}")
+    delta = fold(traces(20), Slicer(), NOW)
+    assert store.apply_ranges(delta, [("t:0", 0, 9), ("t:1", 0, 4)], {"t:1": ({"p": "half"}, set())}) is None
+    assert store.applied_offsets() == {"t:0": 9, "t:1": 4} and store.pending("t:1") == {"p": "half"}
+    before = store.counters()
+    # partition 1 overlaps what is applied: nothing of the batch is written, partition 0 included
+    assert store.apply_ranges(delta, [("t:0", 10, 19), ("t:1", 3, 8)], {"t:1": ({}, {"p"})}) == ("t:1", 4)
+    assert store.counters() == before and store.applied_offsets() == {"t:0": 9, "t:1": 4}
+    assert store.pending("t:1") == {"p": "half"}
+    assert store.apply_ranges(delta, [("t:0", 10, 19), ("t:1", 5, 8)], {"t:1": ({}, {"p"})}) is None
+    assert store.counters()["traces"] == 2 * before["traces"] and store.pending("t:1") == {}

@@ -1,0 +1,92 @@
+"""The native fast path of the streaming fold (the compiled ``fleetmon_native``).
+
+One call per batch decodes, validates and group-folds the records the
+native code can take — plain full-form traces — with the GIL released, and
+returns the positions of the others, which Python decides as before
+(:func:`monitor.schema.validate` writes every rejection reason). Its groups
+are :class:`monitor.fold.Group` values with the same keys and the same
+arithmetic as :func:`monitor.fold.group_traces`, so the delta a batch
+yields does not depend on which path folded which record (checked record
+for record by ``tests/unit/test_native.py``).
+
+The schema's vocabularies (outcomes, arms, user signals, aliases) are
+passed from :mod:`monitor.schema` when a :class:`NativeFolder` is built, so
+they have one definition. The module is optional: without it, or with
+``FLEETMON_WORKER_NATIVE=0``, the worker folds in Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from monitor.aggregate import Aggregate
+from monitor.fold import Group, GroupKey
+from monitor.schema import ALIASES, ARMS, MAX_FUTURE_SKEW_SECONDS, OUTCOMES, USER_SIGNALS
+from monitor.sketch import DEFAULT_MIN_VALUE, DEFAULT_RELATIVE_ACCURACY, LogSketch
+from monitor.slices import UNKNOWN
+from monitor.windows import Resolution
+
+try:
+    import fleetmon_native as _native
+except ImportError:  # pragma: no cover - built by `make install`; the worker then folds in Python
+    _native = None
+
+#: Keys that always send a record to Python: the OTel aliases are renamed
+#: there, and ``_lat_seconds`` is the compact form's internal latency name.
+SLOW_KEYS = (*ALIASES, "_lat_seconds")
+
+
+def available() -> bool:
+    """True when the compiled module is installed."""
+    return _native is not None
+
+
+@dataclass(slots=True)
+class NativeFold:
+    """What the native pass made of a batch."""
+
+    groups: list[tuple[GroupKey, Group]]           # ordered by first position
+    slow: list[int]                                # positions left to Python
+    parts: list[tuple[int, float | None]]          # per part: traces folded, their latest event time
+
+
+class NativeFolder:
+    """A configured native fold (one per worker; thread-safe, holds no state between calls)."""
+
+    def __init__(self, dimensions: Sequence[str], resolutions: Sequence[Resolution], *,
+                 max_record_bytes: int, pair_id_slow: bool) -> None:
+        if _native is None:
+            raise RuntimeError("the native fold (fleetmon_native) is not installed; run `make install`")
+        self.dimensions = tuple(dimensions)
+        self.window_sizes = tuple(r.size_seconds for r in resolutions)
+        self._folder = _native.Folder(
+            dimensions=list(dimensions), window_sizes=[r.size_seconds for r in resolutions],
+            outcomes=list(OUTCOMES), arms=list(ARMS), user_signals=list(USER_SIGNALS), slow_keys=list(SLOW_KEYS),
+            unknown=UNKNOWN, max_future_seconds=MAX_FUTURE_SKEW_SECONDS, max_record_bytes=max_record_bytes,
+            pair_id_slow=pair_id_slow, relative_accuracy=DEFAULT_RELATIVE_ACCURACY, min_value=DEFAULT_MIN_VALUE)
+
+    def folds_like(self, dimensions: Sequence[str], resolutions: Sequence[Resolution]) -> bool:
+        """True when this folder groups by ``dimensions`` and the windows of ``resolutions``."""
+        return self.dimensions == tuple(dimensions) and self.window_sizes == tuple(r.size_seconds for r in resolutions)
+
+    def fold(self, values: list[Any], now: float, part_lengths: Sequence[int] | None = None) -> NativeFold:
+        """Fold ``values`` (bytes, or None for a tombstone) at ``now`` (epoch seconds).
+
+        ``part_lengths`` splits ``values`` into consecutive parts (one per
+        partition) for the per-part figures. A group's ``first`` is the index
+        in ``values`` of its first trace.
+        """
+        rows, slow, parts = self._folder.fold(values, now, None if part_lengths is None else list(part_lengths))
+        groups = []
+        for dims, starts, counts, buckets, zero, group_latest, first in rows:
+            agg = Aggregate(counts, LogSketch.of_buckets(buckets, zero))
+            groups.append(((dims, starts), Group(agg, group_latest, first)))
+        return NativeFold(groups, slow, parts)
+
+
+def known_fields() -> frozenset[str]:
+    """The full-form fields the native reader knows (must equal ``monitor.schema.KNOWN_FIELDS``)."""
+    if _native is None:
+        raise RuntimeError("the native fold (fleetmon_native) is not installed")
+    return frozenset(_native.known_fields())
