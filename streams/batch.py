@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from monitor.fold import BatchDelta, Group, GroupKey, group_traces, place_groups
 from monitor.native import NativeFolder
@@ -140,12 +140,6 @@ class Batch:
     @property
     def rejection_count(self) -> int:
         return sum(len(part.rejections) for part in self.parts)
-
-    @property
-    def traces(self) -> Iterator[Trace]:
-        """The traces validated in Python (not the natively folded ones)."""
-        for part in self.parts:
-            yield from part.traces
 
     def ranges(self) -> list[tuple[str, int, int]]:
         """``(source, first offset, last offset)`` of each partition: what one apply covers."""

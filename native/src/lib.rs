@@ -157,10 +157,14 @@ impl Folder {
     }
 }
 
-/// The full-form field names the fast path knows (checked against `monitor.schema.KNOWN_FIELDS`).
+/// The full-form field names the fast path knows (checked against `monitor.schema.KNOWN_FIELDS`):
+/// only those its key matcher reads into their own slot, so the two lists cannot drift apart unseen.
 #[pyfunction]
 fn known_fields() -> Vec<&'static str> {
-    record::KNOWN_FIELDS.to_vec()
+    record::KNOWN_FIELDS.iter().enumerate()
+        .filter(|(i, name)| record::field_index(name) == Some(*i))
+        .map(|(_, name)| *name)
+        .collect()
 }
 
 #[pymodule]

@@ -64,7 +64,7 @@ pub fn dimension_field(name: &str) -> Option<usize> {
     }
 }
 
-fn field_index(key: &str) -> Option<usize> {
+pub fn field_index(key: &str) -> Option<usize> {
     // a `match` on the text compiles to a length switch, then one comparison
     Some(match key {
         "trace_id" => 0,
@@ -264,29 +264,10 @@ impl<'de, 's> Visitor<'de> for TagsSeed<'s, 'de> {
         }
         Ok(Scalar::Map)
     }
-    // anything but an object: read it as a plain value (the rules send it to Python)
-    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(Scalar::Bool(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(Scalar::U64(v))
-    }
-    fn visit_i64<E>(self, _v: i64) -> Result<Self::Value, E> {
-        Ok(Scalar::Negative)
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(Scalar::F64(v))
-    }
-    fn visit_str<E>(self, _v: &str) -> Result<Self::Value, E> {
-        Ok(Scalar::Str(Cow::Borrowed("")))
-    }
     fn visit_unit<E>(self) -> Result<Self::Value, E> {
         Ok(Scalar::Null)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Scalar::Seq)
-    }
+    // anything but an object or null is a parse error: the record goes to Python, which decides it
 }
 
 struct RecordSeed<'s> {
