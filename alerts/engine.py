@@ -34,7 +34,7 @@ from alerts.notifiers import Notifier, NotifyError
 from monitor.aggregate import Aggregate
 from monitor.pairing import pairs_from_extra
 from monitor.slices import parse_slice_id
-from monitor.store import Store
+from monitor.store.base import Store
 
 log = logging.getLogger("fleetmon.alerts")
 

@@ -31,7 +31,7 @@ from scipy import stats
 from alerts import sequential as seq
 from alerts.decide import Policy
 from alerts.evidence import ArmCounts, CanaryStrata
-from alerts.sim import discordant_counts, paired_cell_probs
+from tests.support.paired_sim import discordant_counts, paired_cell_probs
 
 ALPHA = 0.05
 P_BASE, CORR = 0.7, 0.5

@@ -2,9 +2,9 @@
 
 Fills a real Redis (``$FLEETMON_REDIS_URL``, default redis://127.0.0.1:6379/0)
 under a unique key prefix, then times full scrapes of
-:class:`monitor.exporter.FleetCollector` over
-:class:`monitor.store_redis.RedisStore`: store reads, collection and text
-exposition, i.e. :func:`monitor.edge_exposition.render` — the body ``fleetmon
+:class:`monitor.exporter.collector.FleetCollector` over
+:class:`monitor.store.redis.store.RedisStore`: store reads, collection and text
+exposition, i.e. :func:`monitor.exporter.exposition.render` — the body ``fleetmon
 exporter`` serves, what Prometheus waits for (the text format; one more
 series times the OpenMetrics format Prometheus negotiates by default). It
 checks once that the body is byte for byte prometheus_client's
@@ -43,13 +43,13 @@ from prometheus_client import generate_latest  # noqa: E402
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS  # noqa: E402
 
 from monitor.aggregate import Aggregate  # noqa: E402
-from monitor.edge_exposition import render  # noqa: E402
-from monitor.exporter import build_registry  # noqa: E402
+from monitor.exporter.exposition import render  # noqa: E402
+from monitor.exporter.collector import build_registry  # noqa: E402
 from monitor.fold import BatchDelta  # noqa: E402
 from monitor.pricing import PriceMap  # noqa: E402
 from monitor.schema import Trace  # noqa: E402
 from monitor.slices import slice_id  # noqa: E402
-from monitor.store_redis import RedisStore  # noqa: E402
+from monitor.store.redis.store import RedisStore  # noqa: E402
 from monitor.windows import HOUR, MINUTE  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """A straightforward pure-Python implementation of the compare report (the bench baseline).
 
 Loops and the standard library only, no numpy: the same statistics as
-monitor.compare (macro success with a bootstrap CI over tasks, any-pass
+monitor.offline.compare (macro success with a bootstrap CI over tasks, any-pass
 Wilson, pass@k / pass^k, cost per trial and per solved with CI, latency
 percentiles, McNemar, paired bootstraps of success and cost differences).
 """

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from monitor.compare import compare, group_trials  # noqa: E402
+from monitor.offline.compare import compare, group_trials  # noqa: E402
 from monitor.pricing import PriceMap  # noqa: E402
 from monitor.schema import validate  # noqa: E402
 import pure_report  # noqa: E402

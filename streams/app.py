@@ -3,7 +3,7 @@
 The app declares the two topics (input ``fleetmon.traces`` and dead-letter
 ``fleetmon.traces.dlq``, names configurable, both raw bytes — no Faust codec
 touches a record) and one service, :class:`AggregateService`, which runs
-:class:`streams.worker.ConsumeLoop`: ingest (decode + validate, rejects to
+:class:`streams.loop.ConsumeLoop`: ingest (decode + validate, rejects to
 the DLQ), aggregate (fold into windows and totals) and pair (join shadow
 pairs on ``pair_id``) in one pass over each fetched batch, written by one
 atomic Redis apply per fetch (covering every partition in it).
@@ -11,7 +11,7 @@ atomic Redis apply per fetch (covering every partition in it).
 Faust's own consumer is switched off (:class:`_Boot`): the loop owns an
 aiokafka consumer in the same consumer group protocol as any Kafka client,
 because Faust's per-event agent path is an order of magnitude slower than
-the throughput target (figures in :mod:`streams.worker`). What Faust still
+the throughput target (figures in :mod:`streams.loop`). What Faust still
 does here: the worker process (signal handling, logging, ordered start and
 graceful stop of services), topic declaration, and the producer the DLQ is
 written with (``acks=all``, so a DLQ record is durable before the Redis
@@ -32,9 +32,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from faust.app.base import BootStrategy
 
-from monitor.store_redis import RedisStore
+from monitor.store.redis.store import RedisStore
 from streams.settings import WorkerSettings
-from streams.worker import ConsumeLoop, tune_gc
+from streams.loop import ConsumeLoop, tune_gc
 
 log = logging.getLogger("fleetmon.worker")
 

@@ -7,7 +7,7 @@ aiokafka's ``ConsumerRecord`` in the worker, a small dataclass in tests.
 A :class:`Batch` is the consecutive records of one or more partitions
 (one :class:`PartitionBatch` each) that the worker applies to Redis in one
 atomic step. Records are decoded in two ways: the native fast path
-(:mod:`monitor.native`) folds the plain full-form traces straight into
+(:mod:`streams.native`) folds the plain full-form traces straight into
 groups, and Python validates the rest (:func:`monitor.schema.validate`),
 which is where every rejection and its reasons come from.
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from monitor.fold import BatchDelta, Group, GroupKey, group_traces, place_groups
-from monitor.native import NativeFolder
+from streams.native import NativeFolder
 from monitor.schema import Trace, TraceError, validate
 from monitor.slices import Slicer
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution

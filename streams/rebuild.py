@@ -19,7 +19,7 @@ one; otherwise the rebuild consumes further and tries again. After the
 swap a running worker's next apply starts at or below the new watermark, is
 refused by the store, and the worker re-reads the watermark and folds only
 the records after it — nothing is lost or counted twice (see
-:mod:`streams.worker`).
+:mod:`streams.loop`).
 
 What is replaced: window hashes (``w:``) and their count index (``wc:``),
 per-slice totals (``t:``), the slice index, the pipeline counters, the
@@ -44,13 +44,13 @@ from typing import Any
 import redis
 from aiokafka import TopicPartition
 
-from monitor.store_redis import RedisStore, connect
+from monitor.store.redis.store import RedisStore, connect
 from streams.settings import WorkerSettings
-from streams.worker import ConsumeLoop, make_consumer, tune_gc
+from streams.loop import ConsumeLoop, make_consumer, tune_gc
 
 log = logging.getLogger("fleetmon.rebuild")
 
-#: Key families of the aggregate store (monitor/store_redis.py's key layout)
+#: Key families of the aggregate store (monitor/store/redis/store.py's key layout)
 #: that a rebuild owns and replaces — everything the worker's apply writes —
 #: plus ``pending:<topic>:*`` (this topic's waiting pair halves) and this
 #: topic's fields of ``offsets``. A new family written by the apply must be

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, TextIO
 
 from monitor.emitter import TraceEmitter, prepare
-from monitor.loaders import InputError, detect_format, iter_lines
+from monitor.offline.loaders import InputError, detect_format, iter_lines
 from monitor.schema import TraceError
 
 MAX_REPORTED_PROBLEMS = 50

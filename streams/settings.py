@@ -55,7 +55,7 @@ class WorkerSettings:
     max_record_bytes: int = 1024 * 1024
     partitions: int = 4
     session_timeout_seconds: float = 10.0
-    native: bool = True                       # the compiled fast path (monitor.native), when installed
+    native: bool = True                       # the compiled fast path (streams.native), when installed
     auto_offset_reset: str = "earliest"
     kafka_security: KafkaConfig = field(default_factory=KafkaConfig)
     pair_ttl_seconds: float | None = 3600.0   # None: no shadow pairing

@@ -19,9 +19,9 @@ from monitor.fold import fold
 from monitor.pairing import Pairer
 from monitor.pricing import PriceMap
 from monitor.schema import validate
-from monitor.simulate import ReleaseProfile, Scenario, generate
+from monitor.run.simulate import ReleaseProfile, Scenario, generate
 from monitor.slices import Slicer
-from monitor.store import MemoryStore
+from monitor.store.memory import MemoryStore
 from tests.support.webhook import Receiver
 
 WEBHOOK_PORT = int(os.environ.get("FLEETMON_TEST_WEBHOOK_PORT", "9465"))

@@ -13,8 +13,8 @@ from kafka import KafkaConsumer, TopicPartition
 from alerts.engine import AlertEngine
 from alerts.notifiers import AlertmanagerNotifier
 from monitor.emitter import TraceEmitter
-from monitor.simulate import ReleaseProfile, Scenario, generate
-from monitor.store_redis import RedisStore
+from monitor.run.simulate import ReleaseProfile, Scenario, generate
+from monitor.store.redis.store import RedisStore
 from tests.support.webhook import Receiver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_shadow_regression_through_kafka_worker_redis_and_alertmanager(kafka_boo
     log = tmp_path / "worker.log"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(log, "wb") as out:
-        worker = subprocess.Popen([sys.executable, "-m", "monitor.cli", "worker", "--bootstrap", kafka_bootstrap,
+        worker = subprocess.Popen([sys.executable, "-m", "monitor.cli.main", "worker", "--bootstrap", kafka_bootstrap,
                                    "--redis", redis_db_url, "--prefix", prefix, "--topic", topic, "--dlq-topic", dlq,
                                    "--group-id", f"g-{run}"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     store = RedisStore(redis_client, prefix=prefix)

@@ -31,11 +31,11 @@ from kafka.structs import OffsetAndMetadata
 from monitor.aggregate import Aggregate
 from monitor.schema import validate
 from monitor.slices import Slicer, slice_id
-from monitor.store_redis import RedisStore
+from monitor.store.redis.store import RedisStore
 from streams.dlq import original_payload, parse_dlq_record
 
 REPO = Path(__file__).resolve().parents[2]
-FLEETMON = [sys.executable, "-m", "monitor.cli"]
+FLEETMON = [sys.executable, "-m", "monitor.cli.main"]
 WAIT_SECONDS = 120
 
 
@@ -540,7 +540,7 @@ def test_refused_apply_refolds_only_the_records_after_the_watermark(redis_client
     from monitor.slices import Slicer as PlainSlicer
     from streams.batch import decode_records, fold_batch
     from streams.settings import WorkerSettings
-    from streams.worker import ConsumeLoop
+    from streams.loop import ConsumeLoop
 
     @dataclass_record
     class Rec:

@@ -41,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor.fold import BatchDelta, fold
 from monitor.schema import validate
 from monitor.slices import Slicer
-from monitor.store_redis import RedisGuard, RedisStore
+from monitor.store.redis.store import RedisGuard, RedisStore
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEETMON = str(Path(sys.executable).with_name("fleetmon"))
@@ -60,7 +60,7 @@ LABELS = ["baseline", "candidate", "arm", "metric", "task_type", "tenant", "loca
 
 
 class Comparisons:
-    """Stands in for the alert engine's evidence collector (alerts/engine_metrics.py)."""
+    """Stands in for the alert engine's evidence collector (alerts/metrics.py)."""
 
     def __init__(self, baseline, candidate):
         self.values = [baseline, candidate, "shadow", "success_regression", "code", "", ""]
@@ -299,7 +299,7 @@ def test_every_dashboard_query_and_rule_returns_data(tmp_path, prometheus_url, k
     dlq_topic = unique_topic(partitions=1, prefix="fleetmon-test-prom-dlq")
     mode = os.environ.get("FLEETMON_TEST_FILL", "auto")
     if mode == "auto":
-        mode = "worker" if importlib.util.find_spec("streams.commands") is not None else "fold"
+        mode = "worker" if importlib.util.find_spec("monitor.cli.streams") is not None else "fold"
     if mode == "worker":
         filled_by = fill_with_worker(tmp_path, records, kafka_bootstrap, topic, dlq_topic, redis_db_url, prefix)
     else:

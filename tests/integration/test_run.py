@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-FLEETMON = [sys.executable, "-m", "monitor.cli"]
+FLEETMON = [sys.executable, "-m", "monitor.cli.main"]
 
 
 def free_port():

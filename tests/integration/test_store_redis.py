@@ -10,8 +10,8 @@ from monitor.pairing import Pairer
 from monitor.pricing import PriceMap
 from monitor.schema import validate
 from monitor.slices import Slicer
-from monitor.store import MemoryStore
-from monitor.store_redis import RedisGuard, RedisStore
+from monitor.store.memory import MemoryStore
+from monitor.store.redis.store import RedisGuard, RedisStore
 
 NOW = time.time()  # window keys expire at real time (EXPIREAT), so event times are recent
 

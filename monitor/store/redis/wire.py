@@ -1,0 +1,248 @@
+"""How the exporter's reads travel between Redis and :mod:`monitor.store.redis.reads`.
+
+Three server-side scripts (one atomic snapshot each) and the format a hash
+travels in: one string, the JSON of its plain fields, then its sketch
+buckets as plain numbers, which costs far less to parse than redis-py's
+reply of hundreds of fields (:func:`decode_hash`). :class:`Scripts` calls
+them one at a time; :class:`Wire` sends calls ahead of reading their
+replies on one connection, so Redis runs them on its own core while this
+process works on earlier replies.
+
+Duck-typed on the redis-py client the store holds (``register_script``,
+``script_load``, ``connection_pool``), so this module imports no Redis
+client itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import orjson
+
+from monitor.aggregate import FLOAT_FIELDS, LATENCY_PREFIX, Aggregate
+from monitor.sketch import ZERO_KEY, LogSketch
+from monitor.store.base import StoreError
+
+#: The float fields of an aggregate, in the order the fetch script returns them.
+FLOATS = tuple(sorted(FLOAT_FIELDS))
+
+# KEYS: per slice its totals hash, then its count hashes (one per bucket). ARGV[1]:
+# the number of buckets B; ARGV[2..B+1]: how many of the wanted window starts
+# fall in each bucket; then those starts, in order; then per slice the version
+# the reader holds ('' = read the counts anyway). Returns per slice 0 (version
+# unchanged) or {version, "count count ..."}, one count per wanted start (0 when
+# absent).
+COUNTS = """
+local call, tonumber, unpack = redis.call, tonumber, unpack
+local buckets = tonumber(ARGV[1])
+local fields, a = {}, 2 + buckets
+for b = 1, buckets do
+  local n = tonumber(ARGV[1 + b])
+  fields[b] = {}
+  for i = 1, n do fields[b][i] = ARGV[a + i - 1] end
+  a = a + n
+end
+local out = {}
+local k = 1
+for v = a, #ARGV do
+  local version = call('HGET', KEYS[k], 'traces') or '0'
+  if version == ARGV[v] then
+    out[#out + 1] = 0
+  else
+    local parts = {}
+    for b = 1, buckets do
+      local counts = call('HMGET', KEYS[k + b], unpack(fields[b]))
+      for i = 1, #counts do parts[#parts + 1] = counts[i] or '0' end
+    end
+    out[#out + 1] = {version, table.concat(parts, ' ')}
+  end
+  k = k + 1 + buckets
+end
+return out
+"""
+
+# A hash as one string: the JSON array [field, value, ...] of its fields but the
+# sketch buckets, a newline (JSON escapes its own), then "index count ..." of the
+# latency:<index> buckets, most of a totals hash and much faster parsed as numbers.
+_ENCODE = """
+local call, sub, tonumber = redis.call, string.sub, tonumber
+local function encode(flat)
+  local plain, buckets = {}, {}
+  for j = 1, #flat, 2 do
+    local f = flat[j]
+    if sub(f, 1, 8) == 'latency:' and f ~= 'latency:z' then
+      buckets[#buckets + 1] = sub(f, 9)
+      buckets[#buckets + 1] = flat[j + 1]
+    else
+      plain[#plain + 1] = f
+      plain[#plain + 1] = flat[j + 1]
+    end
+  end
+  return cjson.encode(plain) .. '\\n' .. table.concat(buckets, ' ')
+end
+"""
+
+# KEYS: per slice its totals hash, then its window hashes. ARGV: per slice the
+# number of windows, then 'f' (send the whole totals) or 's' (only its float
+# fields, space-separated, '' where absent). Returns per slice
+# {version, totals part, window 1, ...}: one snapshot, as a script is atomic.
+FETCH = _ENCODE + """
+local out = {}
+local k, a = 1, 1
+while a <= #ARGV do
+  local n = tonumber(ARGV[a])
+  local group = {call('HGET', KEYS[k], 'traces') or '0'}
+  if ARGV[a + 1] == 'f' then
+    group[2] = encode(call('HGETALL', KEYS[k]))
+  else
+    local floats = call('HMGET', KEYS[k], %s)
+    for i = 1, #floats do floats[i] = floats[i] or '' end
+    group[2] = table.concat(floats, ' ')
+  end
+  for i = 1, n do group[2 + i] = encode(call('HGETALL', KEYS[k + i])) end
+  out[#out + 1] = group
+  k = k + 1 + n
+  a = a + 2
+end
+return out
+""" % ", ".join(f"'{name}'" for name in FLOATS)
+
+# KEYS: totals hashes; ARGV: the version the reader holds per hash ('' = read it
+# anyway). Returns per hash 0 (version unchanged) or {version, encoded hash}.
+TOTALS = _ENCODE + """
+local out = {}
+for i = 1, #KEYS do
+  local version = call('HGET', KEYS[i], 'traces') or '0'
+  if version == ARGV[i] then
+    out[i] = 0
+  else
+    out[i] = {version, encode(call('HGETALL', KEYS[i]))}
+  end
+end
+return out
+"""
+
+#: Keys per script call: bounds the time Redis spends in one script.
+CHUNK_KEYS = 20_000
+
+
+def parse_flat(flat: Sequence[str], buckets: dict[int, int] | None = None) -> Aggregate:
+    """The aggregate of a hash listed as ``[field, value, ...]`` (strings), plus sketch ``buckets``.
+
+    Same result as :meth:`Aggregate.from_dict` on the pairs with the buckets
+    as ``latency:<index>`` fields (the tests check it), without its per-field
+    type dispatch: this is the scrape's hot loop. ``buckets`` is taken over.
+    """
+    counts: dict[str, float] = {}
+    buckets = {} if buckets is None else buckets
+    zero = 0
+    prefix, cut = LATENCY_PREFIX, len(LATENCY_PREFIX)
+    it = iter(flat)
+    for key, text in zip(it, it):
+        if key.startswith(prefix):
+            if key[cut:] == ZERO_KEY:
+                zero += int(text)
+            else:
+                index = int(key[cut:])
+                buckets[index] = buckets.get(index, 0) + int(text)
+        elif key in FLOAT_FIELDS:
+            counts[key] = float(text)
+        else:
+            try:
+                counts[key] = int(text)
+            except ValueError:
+                counts[key] = int(float(text))
+    if zero < 0 or (buckets and min(buckets.values()) <= 0):
+        bad = {index: n for index, n in buckets.items() if n <= 0}
+        if zero < 0 or any(n < 0 for n in bad.values()):
+            raise ValueError(f"sketch buckets must hold counts >= 0, got {bad or {ZERO_KEY: zero}}")
+        for index in bad:
+            del buckets[index]
+    sketch = LogSketch()
+    sketch.buckets, sketch.zero_count, sketch.count = buckets, zero, zero + sum(buckets.values())
+    return Aggregate(counts, sketch)
+
+
+def decode_hash(raw: bytes | str) -> Aggregate:
+    """The aggregate of a hash as the read scripts send it (see ``_ENCODE``)."""
+    if isinstance(raw, str):
+        raw = raw.encode()
+    head, _, tail = raw.partition(b"\n")
+    flat = orjson.loads(head)
+    numbers = list(map(int, tail.split()))
+    # buckets in index order: merging appends few keys to that, so the sorts in
+    # the sketch's quantiles (every changed sum, every scrape) stay nearly free
+    return parse_flat(flat if isinstance(flat, list) else [],  # cjson writes an empty array as {}
+                      dict(sorted(zip(numbers[0::2], numbers[1::2]))))
+
+
+def text(value: Any) -> str:
+    """A reply element as text (bytes unless the client decodes responses)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def chunks(items: Sequence[Any], keys_per_item: int) -> Iterator[Sequence[Any]]:
+    """``items`` in runs of at most :data:`CHUNK_KEYS` keys."""
+    step = max(1, CHUNK_KEYS // max(keys_per_item, 1))
+    for i in range(0, len(items), step):
+        yield items[i:i + step]
+
+
+class Scripts:
+    """The read scripts registered on one client; :meth:`call` runs one, :meth:`wire` opens a :class:`Wire`."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.by_name = {name: client.register_script(source) for name, source in
+                        (("counts", COUNTS), ("fetch", FETCH), ("totals", TOTALS))}
+        self.loaded = False  # known to be in Redis's script cache (a Wire needs that)
+
+    def call(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return self.by_name[name](keys=keys, args=args)
+        except Exception as exc:  # the client's errors, re-raised with context
+            raise StoreError(f"reading windows from Redis failed ({name} script): {exc}") from exc
+
+    def wire(self) -> "Wire | None":
+        """A :class:`Wire` on a connection of the client's pool; None if the client has none."""
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is None or not hasattr(pool, "get_connection"):
+            return None
+        try:
+            if not self.loaded:
+                for script in self.by_name.values():
+                    self.client.script_load(script.script)
+                self.loaded = True
+            try:
+                connection = pool.get_connection()
+            except TypeError:  # redis-py before 5.3 wants a command name
+                connection = pool.get_connection("EVALSHA")
+        except Exception:  # noqa: BLE001 - the plain calls report a real outage
+            return None
+        return Wire(self, connection, pool)
+
+
+class Wire:
+    """Script calls sent ahead of reading their replies, on one connection.
+
+    Replies come back in the order the calls were sent. A script Redis does
+    not have (a restart emptied its cache) makes a reply raise; the caller
+    then :meth:`close` s with ``ok=False`` (the connection is dropped, with
+    any replies still on their way) and calls the scripts one at a time,
+    which loads them again.
+    """
+
+    def __init__(self, scripts: Scripts, connection: Any, pool: Any) -> None:
+        self.scripts, self.connection, self.pool = scripts, connection, pool
+
+    def send(self, name: str, keys: list[str], args: list[Any]) -> None:
+        self.connection.send_command("EVALSHA", self.scripts.by_name[name].sha, len(keys), *keys, *args)
+
+    def take(self) -> Any:
+        return self.connection.read_response()
+
+    def close(self, ok: bool) -> None:
+        if not ok:
+            self.connection.disconnect()
+            self.scripts.loaded = False
+        self.pool.release(self.connection)

@@ -1,0 +1,83 @@
+import pytest
+
+from alerts.evidence import PairedCounts
+from monitor.fold import BatchDelta, fold
+from monitor.pairing import Half, Pairer, pair_key, pairs_from_extra, parse_pair_key
+from monitor.pricing import PriceMap
+from monitor.schema import validate
+from monitor.slices import Slicer
+from monitor.store.memory import MemoryStore
+
+PRICES = PriceMap.load()
+NOW = 1_750_000_000.0
+
+
+def half(i, arm, release, ok, **kw):
+    record = {"trace_id": f"{arm}-{i}", "ts": NOW - 100 + i, "model_id": release, "release": release,
+              "arm": arm, "pair_id": f"p{i}", "ok": ok, "task_type": "refund" if i % 2 else "faq",
+              "tokens_in": 1000, "latency_ms": 1000 + 10 * i}
+    record.update(kw)
+    return validate(record)
+
+
+def test_pairs_join_in_any_order_into_paired_counts():
+    base_ok = [True, True, False, False, True, True]
+    cand_ok = [True, False, True, False, False, True]
+    traces = []
+    for i, (b, c) in enumerate(zip(base_ok, cand_ok)):
+        pair = [half(i, "baseline", "v1", b), half(i, "shadow", "v2", c, tokens_in=2000)]
+        traces += pair if i % 2 else pair[::-1]
+    pairer = Pairer(PRICES)
+    delta = fold(traces, Slicer(), NOW, pairer=pairer)
+    assert pairer.pending == {} and delta.counters["pairs"] == 6
+    stored = {sid: f for _, _, sid, f in pairs_from_extra(delta.extra)}
+    expected = PairedCounts.from_pairs(base_ok, cand_ok)
+    whole = stored[""]
+    assert (whole["n_pairs"], whole.get("b", 0), whole.get("c", 0)) == (expected.n_pairs, expected.b, expected.c)
+    assert whole["cost_delta_sum"] == pytest.approx(6 * 1000 * 3 / 1e6)
+    assert stored["task_type=refund"]["n_pairs"] == 3 and stored["task_type=faq"]["n_pairs"] == 3
+    assert PairedCounts.from_dict(whole).n_pairs == 6
+
+
+def test_half_waits_across_batches_and_store_round_trip():
+    pairer = Pairer(PRICES)
+    store = MemoryStore()
+    first = fold([half(1, "baseline", "v1", True)], Slicer(), NOW, pairer=pairer)
+    store.apply(first, "t:0", 0, 0)
+    assert list(store.pending("t:0")) == ["p1"]
+    # A restarted worker restores the waiting half from the store.
+    restarted = Pairer(PRICES)
+    restarted.load(store.pending("t:0"))
+    second = fold([half(1, "shadow", "v2", False)], Slicer(), NOW, pairer=restarted)
+    store.apply(second, "t:0", 1, 1)
+    assert store.pending("t:0") == {}
+    (b, c, sid, fields), *_ = list(pairs_from_extra(store.extra("pair:")))
+    assert fields["b"] == 1 and fields["n_pairs"] == 1
+
+
+def test_expiry_and_duplicate_halves_are_counted():
+    pairer = Pairer(PRICES, ttl_seconds=60)
+    delta = fold([half(1, "baseline", "v1", True), half(1, "baseline", "v1", True)], Slicer(), NOW, pairer=pairer)
+    assert delta.counters["pairs_duplicate_half"] == 1 and delta.counters.get("pairs_expired", 0) == 1
+    assert "p1" in delta.pending_del and "p1" not in delta.pending_set
+
+
+def test_canary_and_unpaired_traces_are_not_paired():
+    pairer = Pairer(PRICES)
+    delta = fold([half(1, "canary", "v2", True), validate({"trace_id": "x", "ts": NOW, "model_id": "m", "ok": True})],
+                 Slicer(), NOW, pairer=pairer)
+    assert pairer.pending == {} and not delta.extra
+
+
+def test_keys_round_trip_with_awkward_release_names():
+    key = pair_key("ft:gpt-4.1:a", "v2/b c", "tenant=x%7Cy")
+    assert parse_pair_key(key) == ("ft:gpt-4.1:a", "v2/b c", "tenant=x%7Cy")
+    h = Half("baseline", "v1", True, False, 0.1, None, NOW, ("",), False, False)
+    assert Half.from_json(h.to_json()) == h
+
+
+def test_batch_delta_merge_keeps_pending_consistent():
+    a, b = BatchDelta(), BatchDelta()
+    a.pending_set["p"] = "x"
+    b.pending_del.add("p")
+    assert a.merge(b).pending_set == {} and a.pending_del == {"p"}

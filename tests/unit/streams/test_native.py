@@ -1,0 +1,244 @@
+"""The native fast path against the Python path, record for record.
+
+The native fold (``fleetmon_native``, :mod:`streams.native`) may only ever
+differ from Python by being faster: for any batch, decoding with it must give
+the same rejections (with Python's reasons) and the same delta — every
+window, total, counter, sketch bucket and latest event time, float sums
+included bit for bit, since both add in trace order. Random records come
+from hypothesis, built to sit on the edges of the schema (wrong types,
+negative and huge numbers, -0, escapes, duplicate keys, aliases, the compact
+form, tags); a list of hand-picked ones covers what random search may miss.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streams.native import NativeFolder, known_fields
+from monitor.schema import KNOWN_FIELDS, MAX_FUTURE_SKEW_SECONDS
+from monitor.slices import CardinalityGuard, Slicer
+from monitor.windows import Resolution
+from streams.batch import decode_batch, fold_batch
+
+NOW = 1_800_000_000.0
+DIMENSIONS = ("release", "arm", "task_type", "tenant", "model_id", "team")   # "team" is a tag
+RESOLUTIONS = (Resolution("1m", 60, 3600), Resolution("1h", 3600, 86400))
+
+
+@dataclass
+class Rec:
+    offset: int
+    value: bytes | None
+    key: bytes | None = None
+    timestamp: int | None = None
+
+
+def folder(max_record_bytes: int = 4096, pair_id_slow: bool = True) -> NativeFolder:
+    return NativeFolder(DIMENSIONS, RESOLUTIONS, max_record_bytes=max_record_bytes, pair_id_slow=pair_id_slow)
+
+
+def both_ways(parts: list[list[bytes | None]], *, max_record_bytes: int = 4096, pair_id_slow: bool = True,
+              max_values: int = 3):
+    """Decode and fold ``parts`` (one list of values per partition) both ways; returns both results."""
+    out = []
+    for native in (None, folder(max_record_bytes, pair_id_slow)):
+        offset = 0
+        spec = []
+        for p, values in enumerate(parts):
+            spec.append(("t", p, [Rec(offset + i, v) for i, v in enumerate(values)]))
+            offset += len(values)
+        batch = decode_batch(spec, NOW, max_record_bytes=max_record_bytes, native=native)
+        slicer = Slicer(DIMENSIONS, CardinalityGuard(max_values))  # a small cap: folding order matters too
+        out.append((batch, fold_batch(batch, slicer, NOW, RESOLUTIONS)))
+    return out
+
+
+def assert_same(parts, **options) -> None:
+    (py_batch, py_delta), (na_batch, na_delta) = both_ways(parts, **options)
+    for py_part, na_part in zip(py_batch.parts, na_batch.parts, strict=True):
+        assert [(r.offset, r.reasons) for r in py_part.rejections] == \
+            [(r.offset, r.reasons) for r in na_part.rejections]
+        assert py_part.trace_count == na_part.trace_count
+        assert py_part.latest_ts == na_part.latest_ts
+    assert py_delta.counters == na_delta.counters
+    assert py_delta.last_seen == na_delta.last_seen
+    assert py_delta.expire_at == na_delta.expire_at
+    for mine, theirs in ((py_delta.windows, na_delta.windows), (py_delta.totals, na_delta.totals)):
+        assert mine.keys() == theirs.keys()
+        for key in mine:
+            assert mine[key].counts == theirs[key].counts, key      # exact, floats included
+            assert mine[key].latency.buckets == theirs[key].latency.buckets, key
+            assert mine[key].latency.zero_count == theirs[key].latency.zero_count, key
+            assert mine[key].latency.count == theirs[key].latency.count, key
+
+
+def test_the_native_reader_knows_exactly_the_schemas_fields():
+    assert known_fields() == KNOWN_FIELDS
+
+
+# -- random records on the edges of the schema -------------------------------------------------------
+numbers = st.one_of(
+    st.integers(-3, 40), st.integers(2**40 - 2, 2**40 + 2), st.integers(2**63, 2**64 + 5),
+    st.floats(allow_nan=False, allow_infinity=False, min_value=-5, max_value=5e4), st.just(-0.0), st.just(3.0))
+texts = st.one_of(st.sampled_from(["", "a", "b", "c", "é", "x|y=z%", "success", "baseline", "shadow", "down"]),
+                  st.text(max_size=4))
+anything = st.one_of(st.none(), st.booleans(), numbers, texts,
+                     st.lists(st.integers(0, 2), max_size=2), st.dictionaries(st.sampled_from(["team", "k"]),
+                                                                              texts, max_size=2))
+field_values = {
+    "trace_id": st.one_of(texts, st.integers(0, 9), anything),
+    "ts": st.one_of(st.floats(NOW - 7200, NOW + 2 * MAX_FUTURE_SKEW_SECONDS), st.integers(int(NOW) - 7200, int(NOW)),
+                    st.just("2027-01-15T08:00:00Z"), anything),
+    "model_id": st.one_of(st.sampled_from(["m1", "m2", ""]), anything),
+    "outcome": st.one_of(st.sampled_from(["success", "failure", "escalated", "abandoned", "oops"]), anything),
+    "ok": st.one_of(st.booleans(), st.sampled_from([0, 1, 2, -0.0]), anything),
+    "arm": st.one_of(st.sampled_from(["baseline", "canary", "shadow", "x"]), anything),
+    "user_signal": st.one_of(st.sampled_from(["up", "down", "none", "meh"]), anything),
+    "release": st.one_of(st.sampled_from(["r1", "r2", ""]), anything),
+    "task_type": st.one_of(st.sampled_from(["code", "chat", "", "__other__"]), anything),
+    "tenant": st.one_of(st.sampled_from(["t1", "t2", "t3", "t4"]), anything),
+    "locale": texts, "scaffold_hash": texts, "prompt_hash": texts, "task_id": texts,
+    "pair_id": st.one_of(st.none(), st.just("p1")),
+    "steps": numbers, "tool_calls": numbers, "tool_errors": numbers, "tokens_in": numbers,
+    "tokens_out": numbers, "tokens_cached_in": numbers, "side_effects": numbers, "trial": numbers,
+    "harmful_action": st.one_of(st.booleans(), numbers, anything), "refused": st.one_of(st.booleans(), anything),
+    "prompt_injection": st.one_of(st.booleans(), anything), "benign": st.one_of(st.booleans(), anything),
+    "recontact_24h": st.one_of(st.booleans(), anything),
+    "fees_usd": st.one_of(st.floats(0, 1), numbers, anything),
+    "latency_ms": st.one_of(st.floats(0, 1e6), st.sampled_from([0, 1e-6, 1e-3, 0.002]), numbers, anything),
+    "tags": st.one_of(st.dictionaries(st.sampled_from(["team", "k", "x"]), anything, max_size=3), anything),
+    "team": anything, "extra": anything, "agent": texts, "task": texts, "lat": numbers,
+    "gen_ai.request.model": texts, "_lat_seconds": numbers,
+}
+# mostly-valid records, so that the fast path is exercised as much as the slow one
+plain = st.fixed_dictionaries(
+    {"trace_id": st.sampled_from(["a", "b"]), "ts": st.floats(NOW - 7200, NOW), "model_id": st.sampled_from(["m1", "m2"]),
+     "outcome": st.sampled_from(["success", "failure"])},
+    optional={name: strategy for name, strategy in field_values.items() if name in (
+        "ok", "arm", "user_signal", "release", "task_type", "tenant", "steps", "tokens_in", "tokens_out",
+        "tokens_cached_in", "fees_usd", "latency_ms", "tags", "team", "benign", "refused", "recontact_24h",
+        "harmful_action", "pair_id", "extra")})
+wild = st.fixed_dictionaries({}, optional=field_values)
+
+
+@st.composite
+def encoded(draw) -> bytes | None:
+    record = draw(st.one_of(plain, plain, wild))
+    text = json.dumps(record, ensure_ascii=draw(st.booleans()))
+    kind = draw(st.sampled_from(["json"] * 8 + ["duplicate", "truncate", "bytes", "none", "array"]))
+    if kind == "duplicate" and len(record) > 1:  # a key repeated: the later value wins in Python
+        key = draw(st.sampled_from(sorted(record)))
+        text = text[:-1] + ", " + json.dumps(key) + ": " + json.dumps(draw(anything)) + "}"
+    elif kind == "truncate":
+        text = text[:draw(st.integers(0, len(text)))]
+    elif kind == "bytes":
+        raw = bytearray(text.encode())
+        raw.insert(draw(st.integers(0, len(raw))), draw(st.sampled_from([0xFF, 0xC3, 0x00, 0x22])))
+        return bytes(raw)
+    elif kind == "none":
+        return None
+    elif kind == "array":
+        text = "[" + text + "]"
+    return text.encode()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(encoded(), max_size=12), min_size=1, max_size=3))
+def test_native_and_python_agree_on_random_batches(parts):
+    assert_same(parts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(plain.map(lambda r: json.dumps(r).encode()), min_size=1, max_size=30))
+def test_native_and_python_agree_without_pairing(values):
+    """With pairing off, records with a pair_id are the native path's too."""
+    assert_same([values], pair_id_slow=False)
+
+
+# -- hand-picked edges ---------------------------------------------------------------------------------
+BASE = {"trace_id": "t", "ts": NOW - 10, "model_id": "m1", "outcome": "success"}
+
+
+def variant(**changes) -> bytes:
+    record = dict(BASE)
+    for key, value in changes.items():
+        if value is ...:
+            record.pop(key, None)
+        else:
+            record[key] = value
+    return json.dumps(record).encode()
+
+
+EDGES = [
+    variant(), variant(ts=int(NOW) - 10), variant(ts=NOW + MAX_FUTURE_SKEW_SECONDS + 1),
+    variant(ts=NOW + MAX_FUTURE_SKEW_SECONDS), variant(ts=-0.0), variant(ts="2027-01-15T08:00:00Z"),
+    variant(ts=None), variant(ts=...), variant(outcome=..., ok=1), variant(outcome=..., ok=0), variant(outcome=...),
+    variant(ok=False), variant(user_signal="down"), variant(recontact_24h=True), variant(recontact_24h=1),
+    variant(release=""), variant(release=None), variant(arm=None), variant(arm="canary"), variant(task_type=""),
+    variant(tokens_in=5, tokens_cached_in=6), variant(tokens_in=2**40, tokens_out=2**40 + 1),
+    variant(tokens_in=2**64), variant(steps=3.0), variant(steps=-1), variant(fees_usd=2**64),
+    variant(fees_usd=0), variant(fees_usd=1e-300), variant(latency_ms=0), variant(latency_ms=1e-3),
+    variant(latency_ms=1e-4), variant(latency_ms=123456.789), variant(latency_ms=7),
+    variant(tags={"team": "red"}), variant(tags={"team": 7}), variant(tags={"team": None}), variant(tags=[]),
+    variant(tags=""), variant(tags="x"), variant(tags=None), variant(team="blue"), variant(team=7),
+    variant(team="blue", tags={"team": "red"}), variant(model_id=""), variant(model_id=7), variant(trace_id=7),
+    variant(trace_id=""), variant(**{"gen_ai.request.model": "m9"}), variant(_lat_seconds=2),
+    variant(benign=True, refused=True), variant(harmful_action=1, prompt_injection=True, side_effects=2),
+    variant(trial=3), variant(trial=-3), variant(pair_id="p", arm="shadow"), variant(tenant="é\u2603"),
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m\\u0031", "outcome": "success", "tenant": "a\\"b"}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "steps": -0}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "steps": 1e400}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": 18446744073709551616}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": "\\ud800"}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success"} ',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success"} x',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "outcome": "failure"}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": "a\x01b"}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": "\xff"}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": "\\q"}',
+    b'{"agent": "a", "task": "b", "ok": true, "ts": 1799999990}', b"", b"null", b"[]", b"\xff", None,
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "nested": {"a": [1, {"b": 2}]}}',
+]
+
+
+@pytest.mark.parametrize("value", EDGES, ids=range(len(EDGES)))
+def test_native_and_python_agree_on_edges(value):
+    assert_same([[value, variant()]])
+
+
+def test_the_edges_exercise_both_paths():
+    """Not every edge goes to Python: the list would prove nothing about the fast path then."""
+    native = folder().fold(EDGES, NOW)
+    taken = sum(count for count, _ in native.parts)
+    assert 10 <= taken <= len(EDGES) - 30
+
+
+def test_a_record_over_the_size_limit_goes_to_python():
+    big = variant(extra="x" * 500)
+    (py_batch, _), (na_batch, _) = both_ways([[big, variant()]], max_record_bytes=400)
+    assert na_batch.parts[0].native_count == 1
+    assert "over the 400-byte limit" in na_batch.parts[0].rejections[0].reasons[0]
+
+
+def test_per_part_figures_and_slow_positions():
+    native = folder().fold([variant(ts=NOW - 50), b"bad", variant(ts=NOW - 40), variant(ts=NOW - 99), None],
+                           NOW, part_lengths=[3, 2])
+    assert native.slow == [1, 4]
+    assert native.parts == [(2, NOW - 40), (1, NOW - 99)]
+    with pytest.raises(ValueError, match="part_lengths must add up"):
+        folder().fold([variant()], NOW, part_lengths=[2])
+
+
+def test_groups_match_the_python_grouping_key_and_sketch():
+    (_, py_delta), (na_batch, na_delta) = both_ways([[variant(latency_ms=1500.0), variant(latency_ms=0)]])
+    ((values, starts), group), = na_batch.groups
+    assert values == ("m1", "baseline", "unknown", "unknown", "m1", "unknown")
+    assert starts == (int(NOW - 10) // 60 * 60, int(NOW - 10) // 3600 * 3600)
+    assert group.aggregate.latency.zero_count == 1 and group.aggregate.traces == 2
+    assert math.isclose(group.aggregate.latency.quantile(1.0), 1.5, rel_tol=0.01)
