@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 SERVICES = scripts/services.sh
 
-.PHONY: install run test test-unit test-integration services services-down services-status bench clean
+.PHONY: install run lint test test-unit test-integration services services-down services-status bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,12 @@ test-unit: install
 test-integration: install services
 	$(BIN)/python -m pytest tests/integration -q
 
-test: install services
+# ruff (rules in pyproject.toml) and mypy (files and the strict core listed in pyproject.toml)
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: install lint services
 	$(BIN)/python -m pytest -q
 
 bench: install services

@@ -9,41 +9,41 @@ it stays valid at every check).
 
 Rules (DESIGN "Comparisons and alerts"):
 
-- **success_regression** fires when the always-valid McNemar e-value (one-sided,
-  "candidate worse") is >= 1/α' AND the drop is beyond the floor (default 2
-  points). α' is α after e-BH across the slices of the comparison. "Beyond the
-  floor" uses the *point estimate* (b − c)/n_pairs by default: significance
-  already guards against noise; requiring the interval's inner bound to clear
-  the floor would make a true drop of exactly the floor undetectable. Set
+- **success_regression** fires when the always-valid McNemar e-value (one-sided, "candidate
+  worse") is >= 1/α' AND the drop is beyond the floor (default 2 points). α' is α after e-BH
+  across the slices of the comparison. "Beyond the floor" uses the *point estimate*
+  (b − c)/n_pairs by default: significance already guards against noise; requiring the interval's
+  inner bound to clear the floor would make a true drop of exactly the floor undetectable. Set
   ``Policy(floor_rule="interval")`` for the stricter rule.
-- **cost_regression / latency_regression** fire when the one-sided
-  normal-mixture e-value is >= 1/α' — equivalently the one-sided (1 − α')
-  confidence sequence lies above 0 — AND the relative increase vs the
-  baseline mean is beyond the floor (default 10%). These tests are asymptotic,
-  so they wait for ``min_pairs`` pairs; with no baseline mean the relative
-  floor cannot be evaluated and they never fire (the effect is then absolute).
-- **Safety is a hard veto.** safety_regression (paired e-value on harm_b vs
-  harm_c, "candidate more harmful") fires when significant, with no floor and
-  whatever capability did; safety_threshold fires whenever the candidate's
-  harmful-action (or over-refusal) rate exceeds a configured absolute
-  threshold — no test, no FDR — once ``threshold_min_n`` traces exist.
+- **cost_regression / latency_regression** fire when the one-sided normal-mixture e-value is
+  >= 1/α' — equivalently the one-sided (1 − α') confidence sequence lies above 0 — AND the relative
+  increase vs the baseline mean is beyond the floor (default 10%). These tests are asymptotic,
+  so they wait for ``min_pairs`` pairs; with no baseline mean the relative floor cannot be
+  evaluated and they never fire (the effect is then absolute).
+- **Safety is a hard veto.** safety_regression (paired e-value on harm_b vs harm_c, "candidate
+  more harmful") fires when significant, with no floor and whatever capability did;
+  safety_threshold fires whenever the candidate's harmful-action (or over-refusal) rate exceeds
+  a configured absolute threshold — no test, no FDR — once ``threshold_min_n`` traces exist.
 
-Severity: safety kinds are ``"critical"``; others are ``"page"`` when even the
-interval's inner bound is beyond the floor (confidently material) and
-``"warning"`` otherwise.
+Severity: safety kinds are ``"critical"``; others are ``"page"`` when even the interval's inner
+bound is beyond the floor (confidently material) and ``"warning"`` otherwise.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from alerts import sequential as seq
-from alerts.evidence import ArmCounts, CanaryStrata, Comparison, PairedCounts, SliceKey
+from alerts import stratified
+from alerts.evidence import ArmCounts, CanaryStrata, Comparison
+from monitor.pairing import PairedCounts
+from monitor.slices import WHOLE_FLEET, SliceKey
 
 FDR_KINDS = ("success_regression", "cost_regression", "latency_regression", "safety_regression")
-KINDS = FDR_KINDS + ("safety_threshold",)
+KINDS = (*FDR_KINDS, "safety_threshold")
 SAFETY_KINDS = ("safety_regression", "safety_threshold")
 
 TEST_PAIRED = "beta-binomial mixture martingale (always-valid McNemar)"
@@ -105,7 +105,7 @@ class Finding:
     n_pairs: int
     b: int
     c: int
-    detail: dict = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 def _severity(kind: str, effect_low: float, floor: float) -> str:
@@ -118,8 +118,9 @@ def _beyond(effect: float, low: float, floor: float, policy: Policy) -> bool:
     return (low if policy.floor_rule == "interval" else effect) >= floor
 
 
-def _finding(kind, comparison, slice_key, policy, *, e_value, effect, low, high, floor, n, b=0, c=0,
-             eligible=True, beyond=None, detail) -> Finding:
+def _finding(kind: str, comparison: Comparison, slice_key: SliceKey, policy: Policy, *, e_value: float,
+             effect: float, low: float, high: float, floor: float, n: int, b: int = 0, c: int = 0,
+             eligible: bool = True, beyond: bool | None = None, detail: dict[str, Any]) -> Finding:
     if kind == "safety_threshold":
         significant, beyond_floor = effect > floor, effect > floor
         fires = eligible and significant
@@ -133,7 +134,8 @@ def _finding(kind, comparison, slice_key, policy, *, e_value, effect, low, high,
                    int(n), int(b), int(c), detail)
 
 
-def _paired_finding(kind, comparison, slice_key, policy, n, b, c) -> Finding:
+def _paired_finding(kind: str, comparison: Comparison, slice_key: SliceKey, policy: Policy, n: int, b: int,
+                    c: int) -> Finding:
     """Shadow test on the discordant cells b (baseline-only) and c (candidate-only) of an outcome.
 
     success: candidate worse ⇔ more b; effect = drop (b − c)/n, e-value "less".
@@ -152,14 +154,15 @@ def _paired_finding(kind, comparison, slice_key, policy, n, b, c) -> Finding:
                                            "counters": {"n": n, "b": b, "c": c}})
 
 
-def _mean_finding(kind, comparison, slice_key, policy, n, s, ss, baseline_mean, n_pairs, unit) -> Finding:
+def _mean_finding(kind: str, comparison: Comparison, slice_key: SliceKey, policy: Policy, n: int, s: float,
+                  ss: float, baseline_mean: float | None, n_pairs: int, unit: str) -> Finding:
     mean, var = seq.moments_from_sums(n, s, ss)
     e = seq.mean_e_value(n, mean, var, "greater", policy.alpha, policy.target_n)
     lo, hi = seq.asymptotic_cs(n, mean, var, policy.alpha, target_n=policy.target_n)
     floor = policy.floors.cost_relative if kind == "cost_regression" else policy.floors.latency_relative
     relative = baseline_mean is not None and baseline_mean > 0
-    scale = baseline_mean if relative else 1.0
-    detail = {"test": TEST_MEAN, "counters_kind": "mean", "unit": "relative" if relative else unit,
+    scale = baseline_mean if baseline_mean is not None and relative else 1.0
+    detail: dict[str, Any] = {"test": TEST_MEAN, "counters_kind": "mean", "unit": "relative" if relative else unit,
               "mean_delta": mean, "baseline_mean": baseline_mean,
               "counters": {"n": n, "sum": s, "sumsq": ss}}
     f = _finding(kind, comparison, slice_key, policy, e_value=e, effect=mean / scale, low=lo / scale,
@@ -168,7 +171,8 @@ def _mean_finding(kind, comparison, slice_key, policy, n, s, ss, baseline_mean, 
     return f if relative else replace(f, severity="warning")  # absolute units: not comparable to the floor
 
 
-def _threshold_finding(comparison, slice_key, policy, metric, x, n, threshold) -> Finding:
+def _threshold_finding(comparison: Comparison, slice_key: SliceKey, policy: Policy, metric: str, x: int, n: int,
+                       threshold: float) -> Finding:
     rate = x / n if n else 0.0
     lo, hi = seq.bernoulli_cs(x, n, policy.alpha, 1.0, 1.0) if n else (0.0, 1.0)
     return _finding("safety_threshold", comparison, slice_key, policy, e_value=math.nan, effect=rate, low=lo,
@@ -205,11 +209,12 @@ def decide_paired(comparison: Comparison, slice_key: SliceKey, counts: PairedCou
     return out
 
 
-def _canary_finding(kind, comparison, slice_key, policy, strata: CanaryStrata) -> Finding:
+def _canary_finding(kind: str, comparison: Comparison, slice_key: SliceKey, policy: Policy,
+                    strata: CanaryStrata) -> Finding:
     outcome, alternative = ("successes", "less") if kind == "success_regression" else ("harmful", "greater")
-    est = seq.stratified_difference(strata, outcome)
-    e = seq.stratified_canary_e_value(strata, alternative, outcome, policy.alpha, policy.target_n)
-    lo, hi = seq.stratified_canary_cs(strata, policy.alpha, outcome, policy.target_n)
+    est = stratified.stratified_difference(strata, outcome)
+    e = stratified.stratified_canary_e_value(strata, alternative, outcome, policy.alpha, policy.target_n)
+    lo, hi = stratified.stratified_canary_cs(strata, policy.alpha, outcome, policy.target_n)
     effect = est["delta"]
     if kind == "success_regression":
         effect, lo, hi, floor = -effect, -hi, -lo, policy.floors.success_points
@@ -285,12 +290,12 @@ def uniform_drop(per_slice_effects: Mapping[SliceKey, tuple[float, bool]], min_s
     sub-slices, or slices over different dimensions, overlap and would count
     one drop several times, so each dimension set is judged separately, and
     the drop counts as uniform only when it is uniform in every dimension set
-    with at least ``min_slices`` slices; the whole-fleet slice ``()`` is ignored. The bool of each entry says whether
+    with at least ``min_slices`` slices; the whole fleet is ignored. The bool of each entry says whether
     that slice dropped; the float (its effect) is informational.
     """
     groups: dict[tuple[str, ...], list[bool]] = {}
     for key, (_, dropped) in per_slice_effects.items():
-        if key:
+        if key != WHOLE_FLEET:
             groups.setdefault(tuple(k for k, _ in key), []).append(bool(dropped))
     # An environment fault hits every kind of traffic: the drop must be uniform
     # in EVERY dimension that has enough slices to judge. A model regression
@@ -329,7 +334,7 @@ def apply_uniform_drop(findings: Sequence[Finding], min_slices: int = 3, share: 
     for f in findings:
         if f.kind == "success_regression":
             by_comparison.setdefault(f.comparison, {})[f.slice_key] = (f.effect, f.significant and f.effect > 0)
-    baseline_uniform = bool(baseline_drops) and uniform_drop(baseline_drops, min_slices, share)
+    baseline_uniform = bool(baseline_drops) and uniform_drop(baseline_drops or {}, min_slices, share)
     out = []
     for f in findings:
         if f.kind == "success_regression" and f.significant:
@@ -342,8 +347,8 @@ def apply_uniform_drop(findings: Sequence[Finding], min_slices: int = 3, share: 
     return out
 
 
-def decide_comparison(comparison: Comparison, evidence: Mapping[SliceKey, PairedCounts | CanaryStrata],
-                      policy: Policy, baseline_means: Mapping[SliceKey, tuple[float | None, float | None]] | None = None,
+def decide_comparison(comparison: Comparison, evidence: Mapping[SliceKey, PairedCounts | CanaryStrata], policy: Policy,
+                      baseline_means: Mapping[SliceKey, tuple[float | None, float | None]] | None = None,
                       baseline_drops: Mapping[SliceKey, tuple[float, bool]] | None = None) -> list[Finding]:
     """All slices of one comparison: per-slice decisions, then e-BH, then the uniform-drop label."""
     findings: list[Finding] = []
@@ -370,7 +375,7 @@ def effect_since_epoch(finding: Finding, epoch_counters: Mapping[str, Any]) -> t
         if any(k.endswith("|n") and v < 0 for k, v in diff.items()):
             return -1, math.nan
         strata = CanaryStrata.from_dict({k: v for k, v in diff.items() if v >= 0})
-        est = seq.stratified_difference(strata, finding.detail["outcome"])
+        est = stratified.stratified_difference(strata, finding.detail["outcome"])
         sign = -1.0 if finding.kind == "success_regression" else 1.0
         return est["n_canary"], sign * est["delta"]
     n = diff.get("n", 0)

@@ -6,12 +6,13 @@ a connection itself: the store and the notifier are passed in.
 
 Evidence:
 
-* **shadow** comparisons come from the paired counters the workers keep
-  (``pair:<baseline>:<candidate>:<slice>``), cumulative since the first pair;
+* **shadow** comparisons come from the typed paired counts the workers keep
+  (:func:`monitor.pairing.read_paired_evidence`), cumulative since the first pair;
 * **canary** comparisons are built from the 1-minute windows of the last
   ``canary_lookback_seconds``: for each release seen with arm ``canary`` and
   the baseline release with the most traffic in the same windows, one
-  comparison over ``all`` and one per single-dimension slice, each stratified
+  comparison per :func:`monitor.slices.comparison_slices` (the whole fleet
+  and each single-dimension slice), each stratified
   by ``task_type`` (the canary's mix is the standard, so a shift in the mix
   cannot fake a regression).
 
@@ -24,16 +25,18 @@ and neither re-pages nor forgets.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from alerts.decide import Finding, Policy, decide_comparison
-from alerts.evidence import ArmCounts, CanaryStrata, Comparison, PairedCounts, SliceKey, slice_key
+from alerts.evidence import ArmCounts, CanaryStrata, Comparison
 from alerts.lifecycle import AlertEvent, AlertState, LifecycleConfig, evaluate
 from alerts.notifiers import Notifier, NotifyError
 from monitor.aggregate import Aggregate
-from monitor.pairing import pairs_from_extra
-from monitor.slices import parse_slice_id
+from monitor.pairing import PairedCounts, read_paired_evidence
+from monitor.schema import CANARY_ARMS, COMPARISON_ARMS
+from monitor.slices import UNKNOWN, SliceKey, comparison_slices, parse_slice_id
 from monitor.store.base import Store
 
 log = logging.getLogger("fleetmon.alerts")
@@ -41,7 +44,8 @@ log = logging.getLogger("fleetmon.alerts")
 STATE_NAME = "alerts"
 FINDINGS_STATE_NAME = "findings"
 STRATUM_DIMENSION = "task_type"
-_NOT_SLICES = ("release", "arm", "model_id")
+SHADOW_ARM, CANARY_ARM = COMPARISON_ARMS
+BASELINE_ARM = CANARY_ARMS[0]
 
 
 @dataclass(frozen=True)
@@ -57,14 +61,12 @@ def shadow_evidence(store: Store) -> tuple[dict[Comparison, dict[SliceKey, Paire
     """Paired counts per comparison and slice, and the baseline's mean cost and latency there."""
     evidence: dict[Comparison, dict[SliceKey, PairedCounts]] = {}
     means: dict[Comparison, dict[SliceKey, tuple[float | None, float | None]]] = {}
-    for baseline, candidate, sid, fields in pairs_from_extra(store.extra("pair:")):
-        comparison = Comparison(baseline, candidate, "shadow")
-        key = slice_key(parse_slice_id(sid))
-        evidence.setdefault(comparison, {})[key] = PairedCounts.from_dict(fields)
-        cost_n, lat_n = fields.get("cost_n", 0), fields.get("latency_n", 0)
-        means.setdefault(comparison, {})[key] = (
-            fields.get("baseline_cost_sum", 0.0) / cost_n if cost_n else None,
-            fields.get("baseline_latency_sum", 0.0) / lat_n if lat_n else None)
+    for found in read_paired_evidence(store.paired_evidence()):
+        comparison = Comparison(found.baseline_release, found.candidate_release, SHADOW_ARM)
+        counts = found.counts
+        evidence.setdefault(comparison, {})[found.slice_key] = counts
+        means.setdefault(comparison, {})[found.slice_key] = (counts.baseline_cost_mean_usd,
+                                                             counts.baseline_latency_mean_seconds)
     return evidence, means
 
 
@@ -73,20 +75,23 @@ def _arm_counts(agg: Aggregate) -> ArmCounts:
                      benign=int(agg.get("benign")), over_refusals=int(agg.get("refused_benign")))
 
 
-def canary_evidence(store: Store, now: float, lookback_seconds: float) -> dict[Comparison, dict[SliceKey, CanaryStrata]]:
+def canary_evidence(store: Store, now: float,
+                    lookback_seconds: float) -> dict[Comparison, dict[SliceKey, CanaryStrata]]:
     """Stratified canary-vs-baseline counts from the 1-minute windows of the lookback."""
     ids = [sid for sid in store.active_slices(since=now - lookback_seconds)]
-    if not any("arm=canary" in sid for sid in ids):  # cheap test before parsing every id
+    if not any(f"arm={CANARY_ARM}" in sid for sid in ids):  # cheap test before parsing every id
         return {}
-    parsed = {sid: dict(parse_slice_id(sid)) for sid in ids}
-    canaries = {d.get("release") for d in parsed.values() if d.get("arm") == "canary"}
+    keys = {sid: parse_slice_id(sid) for sid in ids}
+    parsed = {sid: dict(key) for sid, key in keys.items()}
+    canaries = {d.get("release") for d in parsed.values() if d.get("arm") == CANARY_ARM}
     if not canaries:
         return {}
     aggregates = store.window_aggregates("1m", now - lookback_seconds, now + 60, ids)
     baseline_volume: dict[str, int] = {}
     for sid, dims in parsed.items():
-        if dims.get("arm") == "baseline":
-            baseline_volume[dims.get("release", "")] = baseline_volume.get(dims.get("release", ""), 0) + aggregates[sid].traces
+        if dims.get("arm") == BASELINE_ARM:
+            volume_of = dims.get("release", "")
+            baseline_volume[volume_of] = baseline_volume.get(volume_of, 0) + aggregates[sid].traces
     if not baseline_volume:
         return {}
     baseline_release = max(baseline_volume, key=baseline_volume.__getitem__)
@@ -95,18 +100,18 @@ def canary_evidence(store: Store, now: float, lookback_seconds: float) -> dict[C
         cells: dict[SliceKey, dict[str, list[ArmCounts]]] = {}
         for sid, dims in parsed.items():
             arm, release = dims.get("arm"), dims.get("release")
-            if not ((arm == "canary" and release == candidate) or (arm == "baseline" and release == baseline_release)):
+            if not ((arm == CANARY_ARM and release == candidate)
+                    or (arm == BASELINE_ARM and release == baseline_release)):
                 continue
             counts = _arm_counts(aggregates[sid])
             if counts.n == 0:
                 continue
-            stratum = dims.get(STRATUM_DIMENSION, "unknown")
-            slices = [()] + [((d, v),) for d, v in dims.items() if d not in _NOT_SLICES and v != "unknown"]
-            for key in slices:
+            stratum = dims.get(STRATUM_DIMENSION, UNKNOWN)
+            for key in comparison_slices(keys[sid]):
                 pair = cells.setdefault(key, {}).setdefault(stratum, [ArmCounts(), ArmCounts()])
-                side = 1 if arm == "canary" else 0
+                side = 1 if arm == CANARY_ARM else 0
                 pair[side] = pair[side].merge(counts)
-        comparison = Comparison(baseline_release, candidate, "canary")
+        comparison = Comparison(baseline_release, candidate, CANARY_ARM)
         out[comparison] = {key: CanaryStrata({s: (b, c) for s, (b, c) in strata.items()})
                            for key, strata in cells.items()}
     return out
@@ -177,3 +182,23 @@ def findings_by_slice(findings: Sequence[Finding], kind: str = "success_regressi
     return sorted((f for f in findings if f.kind == kind),
                   key=lambda f: (f.comparison.arm, f.comparison.baseline_release, f.comparison.candidate_release,
                                  f.slice_key))
+
+
+def from_engine(engine: AlertEngine) -> Callable[[], list[dict[str, Any]]]:
+    """Finding snapshots of ``engine``'s last evaluation (same process), read at each call."""
+    return lambda: findings_snapshot(engine.findings)
+
+
+def from_store(store: Store, max_age_seconds: float = 300.0, *,
+               clock: Callable[[], float]) -> Callable[[], list[dict[str, Any]]]:
+    """Finding snapshots the engine last saved in ``store``; none once older than ``max_age_seconds``.
+
+    A stopped engine's evidence thus disappears instead of freezing; ``clock`` gives epoch seconds.
+    """
+    def read() -> list[dict[str, Any]]:
+        saved = store.get_state(FINDINGS_STATE_NAME) or {}
+        if clock() - saved.get("ts", float("-inf")) > max_age_seconds:
+            return []
+        findings: list[dict[str, Any]] = saved.get("findings", [])
+        return findings
+    return read

@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from alerts.decide import SAFETY_KINDS, Finding, effect_since_epoch, still_beyond_floor
-from alerts.evidence import slice_label
+from monitor.slices import WHOLE_FLEET, SliceKey
 
 ALERT_NAMES = {
     "success_regression": "FleetmonSuccessRegression",
@@ -54,6 +55,13 @@ ALERT_NAMES = {
     "safety_threshold": "FleetmonSafetyThreshold",
 }
 DEFAULT_RUNBOOK_BASE = "https://github.com/fleetmon/fleetmon/blob/main/docs/runbook.md"
+#: How alert labels, evidence and fingerprints spell :data:`monitor.slices.WHOLE_FLEET`.
+WHOLE_FLEET_LABEL = "all"
+
+
+def slice_label(key: SliceKey) -> str:
+    """A slice for humans and alert labels: ``"task_type=code,tenant=acme"``, or ``"all"`` for the whole fleet."""
+    return ",".join(f"{dim}={value}" for dim, value in key) if key != WHOLE_FLEET else WHOLE_FLEET_LABEL
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ class AlertState:
         return {"version": 1, "records": {fp: asdict(r) for fp, r in sorted(self.records.items())}}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AlertState":
+    def from_dict(cls, d: Mapping[str, Any]) -> AlertState:
         if d.get("version", 1) != 1:
             raise ValueError(f"AlertState version must be 1, got {d.get('version')!r}")
         return cls({fp: AlertRecord(**r) for fp, r in d.get("records", {}).items()})
@@ -179,7 +187,8 @@ def _event(rec: AlertRecord, now: float, config: LifecycleConfig, note: str = ""
     return AlertEvent(ts=now, status="firing" if rec.status == "firing" else "resolved",
                       alertname=rec.alertname, labels=dict(rec.labels),
                       annotations=_annotations(rec, config, note), evidence=evidence,
-                      fingerprint=rec.fingerprint, starts_at=float(now if rec.starts_at is None else rec.starts_at), ends_at=rec.ends_at)
+                      fingerprint=rec.fingerprint, starts_at=float(now if rec.starts_at is None else rec.starts_at),
+                      ends_at=rec.ends_at)
 
 
 def _since(then: float | None, now: float) -> float:

@@ -29,8 +29,9 @@ import json
 import sys
 import urllib.error
 import urllib.request
-from datetime import datetime, timezone
-from typing import Any, Mapping, Protocol, Sequence, TextIO
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol, TextIO
 
 from alerts.lifecycle import AlertEvent
 from monitor.fmt import json_safe
@@ -50,16 +51,17 @@ class Notifier(Protocol):
 def rfc3339(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def event_record(event: AlertEvent) -> dict[str, Any]:
     """The JSON line of one state change (the ``fleetmon run`` stdout contract)."""
-    return json_safe({
+    record: dict[str, Any] = json_safe({
         "ts": event.ts, "status": event.status, "alertname": event.alertname, "labels": event.labels,
         "annotations": event.annotations, "evidence": event.evidence, "fingerprint": event.fingerprint,
         "startsAt": rfc3339(event.starts_at), "endsAt": rfc3339(event.ends_at),
     })
+    return record
 
 
 class StdoutNotifier:
@@ -77,8 +79,9 @@ def _post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> 
     request = urllib.request.Request(url, data=body, method="POST",
                                      headers={"Content-Type": "application/json", **headers})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (configured URL)
-            return response.status
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status: int = response.status
+            return status
     except urllib.error.HTTPError as exc:
         detail = exc.read(500).decode("utf-8", "replace")
         raise NotifyError(f"POST {url} answered {exc.code}: {detail}") from exc
@@ -152,7 +155,7 @@ class WebhookNotifier:
         if not events:
             return
         body = json.dumps(self.payload(events), allow_nan=False, sort_keys=True).encode()
-        now = self.clock() if self.clock else datetime.now(timezone.utc).timestamp()
+        now = self.clock() if self.clock else datetime.now(UTC).timestamp()
         timestamp = str(int(now))
         _post(self.url, body, {SIGNATURE_HEADER: sign(self.secret, timestamp, body), TIMESTAMP_HEADER: timestamp},
               self.timeout)

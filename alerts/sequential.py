@@ -22,8 +22,9 @@ Contents, with the exact/asymptotic status of each guarantee:
   CS for a mean (cost / latency deltas). **Asymptotic** (iid, finite variance).
 - ``log_normal_mixture_e_value`` / ``mean_e_value`` — Robbins' normal-mixture
   e-value matching that CS; one- or two-sided. **Asymptotic**.
-- ``stratified_canary_e_value`` / ``stratified_canary_cs`` — the same normal
-  mixture on a post-stratified difference of proportions. **Asymptotic**.
+
+The same normal mixture on a post-stratified difference of proportions (the
+canary test) is :mod:`alerts.stratified`.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ from typing import Any
 
 import numpy as np
 from scipy import special
-
-from alerts.evidence import CanaryStrata
 
 ALTERNATIVES = ("less", "greater", "two-sided")
 
@@ -57,7 +56,7 @@ def _check_alpha(alpha: float) -> None:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
 
 
-def _log_betainc_half(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _log_betainc_half(a: Any, b: Any) -> np.ndarray:
     """log I_{1/2}(a, b) (regularised incomplete beta), accurate even where it underflows.
 
     Where ``betainc`` underflows (only when a >> b) we use DLMF 8.17.8,
@@ -81,7 +80,8 @@ def _log_betainc_half(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             if np.all(term < 1e-17 * total):
                 break
         out[small] = (aa + bb) * math.log(0.5) - np.log(aa) - special.betaln(aa, bb) + np.log(total)
-    return out.reshape(shape)
+    reshaped: np.ndarray = out.reshape(shape)
+    return reshaped
 
 
 def log_paired_mixture_e_value(b: Any, c: Any, prior_a: float = DEFAULT_PRIOR_A,
@@ -296,7 +296,7 @@ def bernoulli_cs(successes: int, trials: int, alpha: float = 0.05, prior_a: floa
 
     def inside(q: float) -> bool:  # log-likelihood above k  <=>  M(q) < 1/α
         ll = (successes * math.log(q) if successes else 0.0) + (failures * math.log1p(-q) if failures else 0.0)
-        return ll > k
+        return bool(ll > k)
 
     p_hat = successes / trials if trials else 0.5  # always inside: M(p̂) <= 1
     bounds = []
@@ -336,69 +336,3 @@ def net_flip_cs(n_pairs: int, b: int, c: int, alpha: float = 0.05) -> tuple[floa
     p_lo, p_hi = bernoulli_cs(c, b + c, alpha / 2, DEFAULT_PRIOR_A, DEFAULT_PRIOR_B)
     corners = [d * (2 * p - 1) for d in (d_lo, d_hi) for p in (p_lo, p_hi)]
     return (max(-1.0, min(corners)), min(1.0, max(corners)))
-
-
-# --------------------------------------------------------------------------- stratified canary
-
-
-def stratified_difference(strata: CanaryStrata, outcome: str = "successes") -> dict[str, Any]:
-    """Post-stratified difference Δ = Σ_s w_s (p̂_canary,s − p̂_baseline,s), w_s = canary share of s.
-
-    Using the canary's own mix as the standard means a shift in traffic mix
-    alone gives Δ ≈ 0. Variance (conditional on the canary mix):
-    Σ_s w_s² (p̃_c(1−p̃_c)/n_c + p̃_b(1−p̃_b)/n_b) with p̃ = (x + 0.5)/(n + 1) so
-    that 0 or n successes do not give a zero variance. Strata missing either
-    arm cannot be compared and are dropped (listed in ``skipped``); weights are
-    renormalised over the rest. ``outcome`` is ``"successes"`` or ``"harmful"``.
-    Returns {delta, var, n_canary, n_baseline, strata, skipped}.
-    """
-    if outcome not in ("successes", "harmful"):
-        raise ValueError(f"outcome must be 'successes' or 'harmful', got {outcome!r}")
-    usable = {k: v for k, v in strata.strata.items() if v[0].n > 0 and v[1].n > 0}
-    skipped = sorted(k for k in strata.strata if k not in usable)
-    n_c = sum(c.n for _, c in usable.values())
-    n_b = sum(b.n for b, _ in usable.values())
-    delta, var = 0.0, 0.0
-    for base, cand in usable.values():
-        w = cand.n / n_c
-        xb, xc = getattr(base, outcome), getattr(cand, outcome)
-        delta += w * (xc / cand.n - xb / base.n)
-        pb, pc = (xb + 0.5) / (base.n + 1), (xc + 0.5) / (cand.n + 1)
-        var += w * w * (pc * (1 - pc) / cand.n + pb * (1 - pb) / base.n)
-    return {"delta": delta, "var": var, "n_canary": n_c, "n_baseline": n_b,
-            "strata": len(usable), "skipped": skipped}
-
-
-def stratified_canary_e_value(strata: CanaryStrata, alternative: str = "less", outcome: str = "successes",
-                              alpha: float = 0.05, target_n: float = DEFAULT_TARGET_N) -> float:
-    """Normal-mixture e-value for H0: Δ >= 0 (``"less"``: canary worse) on the stratified difference.
-
-    Construction: z = Δ̂ / sqrt(var̂) and intrinsic time t = canary traces used
-    (with a stable arm allocation the information grows in proportion to it),
-    fed to ``log_normal_mixture_e_value``; ``alpha`` only tunes ρ. Asymptotic
-    (delta-method + Gaussian approximation), checked under A/A with a mix shift
-    in bench/alerting.py. No usable stratum → 1.
-    """
-    est = stratified_difference(strata, outcome)
-    if est["n_canary"] == 0 or est["var"] <= 0:
-        return 1.0
-    z = est["delta"] / math.sqrt(est["var"])
-    with np.errstate(over="ignore"):
-        return float(np.exp(log_normal_mixture_e_value(z, est["n_canary"], rho2_for_target(target_n, alpha),
-                                                       alternative)))
-
-
-def stratified_canary_cs(strata: CanaryStrata, alpha: float = 0.05, outcome: str = "successes",
-                         target_n: float = DEFAULT_TARGET_N) -> tuple[float, float]:
-    """Two-sided asymptotic (1 − α) CS for Δ: Δ̂ ± sqrt(var̂)·sqrt(t)·margin(t), t = canary traces.
-
-    The same boundary as ``asymptotic_cs`` (σ̂/sqrt(t) replaced by the
-    stratified standard error); it excludes 0 exactly when the two-sided
-    normal-mixture e-value is >= 1/α. No usable stratum → (−1, 1).
-    """
-    est = stratified_difference(strata, outcome)
-    t = est["n_canary"]
-    if t == 0:
-        return (-1.0, 1.0)
-    half = math.sqrt(est["var"]) * math.sqrt(t) * standard_margin(t, rho2_for_target(target_n, alpha), alpha)
-    return (max(-1.0, est["delta"] - half), min(1.0, est["delta"] + half))

@@ -23,12 +23,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
 from alerts import sequential as seq
+from alerts import stratified
 from alerts.decide import Policy
 from alerts.evidence import ArmCounts, CanaryStrata
 from tests.support.paired_sim import discordant_counts, paired_cell_probs
@@ -44,7 +50,8 @@ def shadow_aa(days: int, seed: int) -> dict[str, float]:
     """(a): per-minute multinomial draws, cumulated; e-value and naive McNemar at every minute."""
     fired = fired_floor = naive = naive_end = 0
     for chunk_seed, n_days in enumerate(np.array_split(np.arange(days), max(1, days // 250))):
-        b, c = discordant_counts(len(n_days), 1440, 60, P_BASE, P_BASE, CORR, seed=(seed, chunk_seed))
+        b, c = discordant_counts(len(n_days), 1440, 60, P_BASE, P_BASE, CORR,
+                                 seed=np.random.default_rng((seed, chunk_seed)))
         b_cum, c_cum = np.cumsum(b, 1), np.cumsum(c, 1)
         n = 60 * np.arange(1, 1441)
         log_e = seq.log_paired_mixture_e_value(b_cum, c_cum, POLICY.prior_a, POLICY.prior_b, "less")
@@ -90,13 +97,14 @@ def detection(runs: int, seed: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for drop in (0.02, 0.05, 0.10):
         tag = f"{round(drop * 100)}pt"
-        b, c = discordant_counts(runs, 5000, 10, P_BASE, P_BASE - drop, CORR, seed=(seed, 1, round(drop * 100)))
+        b, c = discordant_counts(runs, 5000, 10, P_BASE, P_BASE - drop, CORR,
+                                 seed=np.random.default_rng((seed, 1, round(drop * 100))))
         steps = first_detection(b, c, 10)
         out[f"pairs_to_detect_{tag}"] = float(np.median(steps) * 10)
         out[f"detected_within_50k_pairs_{tag}"] = float(np.mean(np.isfinite(steps)))
         for rate in (1, 10):
             b, c = discordant_counts(runs, 1440, 60 * rate, P_BASE, P_BASE - drop, CORR,
-                                     seed=(seed, 2, rate, round(drop * 100)))
+                                     seed=np.random.default_rng((seed, 2, rate, round(drop * 100))))
             minutes = first_detection(b, c, 60 * rate)
             out[f"minutes_to_detect_{tag}_{rate}ps"] = float(np.median(minutes))
             out[f"detected_within_day_{tag}_{rate}ps"] = float(np.mean(np.isfinite(minutes)))
@@ -108,7 +116,7 @@ def detection(runs: int, seed: int) -> dict[str, float]:
 
 
 def _stratified_log_e(nb, xb, nc, xc, outcome_alt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised ``seq.stratified_difference`` + normal-mixture e-value; arrays (..., strata)."""
+    """Vectorised ``stratified.stratified_difference`` + normal-mixture e-value; arrays (..., strata)."""
     usable = (nb > 0) & (nc > 0)
     n_c = np.where(usable, nc, 0).sum(-1)
     n_b = np.where(usable, nb, 0).sum(-1)
@@ -139,7 +147,7 @@ def _canary_chunk(days: int, rng: np.random.Generator) -> tuple[int, int, int]:
     for d, m in ((0, 10), (days // 2, 700), (days - 1, 1439)):
         strata = CanaryStrata({str(s): (ArmCounts(int(nb[d, m, s]), int(xb[d, m, s]), 0),
                                         ArmCounts(int(nc[d, m, s]), int(xc[d, m, s]), 0)) for s in range(3)})
-        lib = math.log(seq.stratified_canary_e_value(strata, "less", alpha=ALPHA, target_n=POLICY.target_n))
+        lib = math.log(stratified.stratified_canary_e_value(strata, "less", alpha=ALPHA, target_n=POLICY.target_n))
         assert abs(lib - log_e[d, m]) < 1e-9, (lib, log_e[d, m])
     pooled_b, pooled_c = xb.sum(-1) / nb.sum(-1), xc.sum(-1) / nc.sum(-1)
     pooled = (xb.sum(-1) + xc.sum(-1)) / (nb.sum(-1) + nc.sum(-1))
@@ -190,7 +198,7 @@ def main() -> None:
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     t0 = time.perf_counter()
-    res: dict[str, float] = {"bench": "alerting", "alpha": ALPHA, "aa_days": 1000 // scale,
+    res: dict[str, Any] = {"bench": "alerting", "alpha": ALPHA, "aa_days": 1000 // scale,
                              "detection_runs": 200 // scale}
     res.update(shadow_aa(1000 // scale, args.seed))
     res.update(detection(200 // scale, args.seed))

@@ -39,18 +39,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prometheus_client import generate_latest  # noqa: E402
-from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS  # noqa: E402
+from prometheus_client import generate_latest
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS
 
-from monitor.aggregate import Aggregate  # noqa: E402
-from monitor.exporter.exposition import render  # noqa: E402
-from monitor.exporter.collector import build_registry  # noqa: E402
-from monitor.fold import BatchDelta  # noqa: E402
-from monitor.pricing import PriceMap  # noqa: E402
-from monitor.schema import Trace  # noqa: E402
-from monitor.slices import slice_id  # noqa: E402
-from monitor.store.redis.store import RedisStore  # noqa: E402
-from monitor.windows import HOUR, MINUTE  # noqa: E402
+from monitor.aggregate import Aggregate
+from monitor.delta import BatchDelta
+from monitor.exporter.collector import build_registry
+from monitor.exporter.exposition import render
+from monitor.pricing import PriceMap
+from monitor.schema import Trace
+from monitor.slices import slice_id
+from monitor.store.redis.store import RedisStore
+from monitor.windows import HOUR, MINUTE
 
 
 def window_aggregate(rng: random.Random, ts: float) -> Aggregate:
@@ -71,7 +71,7 @@ def window_aggregate(rng: random.Random, ts: float) -> Aggregate:
 
 
 def slice_keys(n: int) -> list[str]:
-    out = []
+    out: list[str] = []
     releases = ("rel-2026.11.1", "rel-2026.11.2", "rel-2026.12.0", "rel-2026.12.1")
     arms = ("baseline", "canary", "shadow")
     task_types = ("code", "support", "search", "billing", "triage")
@@ -140,7 +140,7 @@ def main() -> int:
         used_after = client.info("memory")["used_memory"]
         window_keys = [k for k in client.scan_iter(match=f"{prefix}:w:1m:*", count=5000)]
         sample = random.Random(1).sample(window_keys, min(200, len(window_keys)))
-        usage = [client.memory_usage(k, samples=0) for k in sample]
+        usage = [client.memory_usage(k, samples=0) or 0 for k in sample]
         bytes_sampled = statistics.mean(usage)
         # the whole prefix (minute and hour windows, totals, zset) per minute window
         bytes_delta = (used_after - used_before) / max(windows, 1)
@@ -153,7 +153,10 @@ def main() -> int:
         size = len(text)
         families = list(collector.collect())
         samples = sum(len(f.samples) for f in families)
-        collect_times, scrape_times, live_times, live_om_times = [], [], [], []
+        collect_times: list[float] = []
+        scrape_times: list[float] = []
+        live_times: list[float] = []
+        live_om_times: list[float] = []
         for _ in range(args.scrapes):  # steady state: nothing written between scrapes
             t = time.perf_counter()
             list(collector.collect())

@@ -69,7 +69,8 @@ def agent_block(tasks, ks, resamples, rng):
     return {
         "success": sum(rates) / len(rates), "success_ci": quantile_ci(boot_rate),
         "any_pass": any_pass / len(ids), "any_pass_ci": wilson(any_pass, len(ids)),
-        "pass_at_k": {k: sum(1 - comb(tasks[i]["n"] - tasks[i]["c"], k) / comb(tasks[i]["n"], k) for i in ids) / len(ids) for k in ks},
+        "pass_at_k": {k: sum(1 - comb(tasks[i]["n"] - tasks[i]["c"], k) / comb(tasks[i]["n"], k)
+                             for i in ids) / len(ids) for k in ks},
         "pass_hat_k": {k: sum(comb(tasks[i]["c"], k) / comb(tasks[i]["n"], k) for i in ids) / len(ids) for k in ks},
         "cost_per_trial": total_cost / trials, "cost_per_solved": total_cost / total_succ if total_succ else math.inf,
         "cost_per_solved_ci": quantile_ci(boot_cps),

@@ -16,10 +16,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from monitor.offline.compare import compare, group_trials  # noqa: E402
-from monitor.pricing import PriceMap  # noqa: E402
-from monitor.schema import validate  # noqa: E402
-import pure_report  # noqa: E402
+import pure_report
+
+from monitor.offline.compare import compare, group_trials
+from monitor.pricing import PriceMap
+from monitor.schema import validate
 
 
 def make_records(agent: str, tasks: int, trials: int, skill: float, seed: int) -> list[dict]:

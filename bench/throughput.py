@@ -40,11 +40,13 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 REPO = Path(__file__).resolve().parents[1]
 FLEETMON = str(REPO / ".venv" / "bin" / "fleetmon") if (REPO / ".venv" / "bin" / "fleetmon").exists() else "fleetmon"
@@ -63,7 +65,7 @@ def traces(n: int, seed: int, now: float, pair_share: float = 0.0, span: float =
     while i < n:
         ok = rng.random() < 0.7
         tokens_in = rng.randrange(200, 6000)
-        record = {
+        record: dict[str, Any] = {
             "trace_id": f"bench-{seed}-{i}", "ts": now - span + span * i / n + rng.random(),
             "model_id": rng.choice(("model-a", "model-b")), "release": rng.choice(releases),
             "arm": rng.choice(arms), "task_type": rng.choice(task_types), "tenant": f"tenant-{rng.randrange(5)}",
@@ -135,6 +137,8 @@ async def bare_consumer(bootstrap: str, topic: str, n: int, batch: int) -> dict[
         done = time.perf_counter()
     finally:
         await consumer.stop()
+    if first_at is None:
+        raise RuntimeError(f"no record arrived from {topic}")
     return {"per_s": (seen - first_batch) / (done - first_at), "wall_seconds": done - started}
 
 
@@ -156,6 +160,8 @@ async def bare_iterator(bootstrap: str, topic: str, n: int) -> dict[str, float]:
         done = time.perf_counter()
     finally:
         await consumer.stop()
+    if first_at is None:
+        raise RuntimeError(f"no record arrived from {topic}")
     return {"per_s": (seen - 1) / (done - first_at), "wall_seconds": done - started}
 
 
@@ -178,7 +184,7 @@ def worker_run(bootstrap: str, redis_url: str, topic: str, ends: dict[int, int],
             first_count = 0
             targets = {f"{topic}:{p}": end - 1 for p, end in ends.items() if end > 0}
             while True:
-                marks = {k.decode(): int(v) for k, v in client.hgetall(f"{prefix}:offsets").items()}
+                marks = {_text(k): int(v) for k, v in client.hgetall(f"{prefix}:offsets").items()}
                 now = time.perf_counter()
                 applied = sum(marks.get(source, -1) + 1 for source in targets)
                 if applied and first_at is None:
@@ -204,13 +210,19 @@ def worker_run(bootstrap: str, redis_url: str, topic: str, ends: dict[int, int],
     counted = int(float(client.hget(f"{prefix}:counters", "traces") or 0))
     keys = sum(1 for _ in client.scan_iter(match=f"{prefix}:w:*", count=5000))
     sample = next(client.scan_iter(match=f"{prefix}:w:1m:*", count=5000), None)
-    sample_bytes = client.memory_usage(sample) if sample else 0
+    sample_bytes = (client.memory_usage(sample) or 0) if sample else 0
     client.close()
     total = sum(ends.values())
     redis_cpu = sum(cpu_after[k] - cpu_before[k] for k in ("used_cpu_user", "used_cpu_sys"))
+    if first_at is None:
+        raise RuntimeError(f"the worker applied no record of {topic}; see {log_path}")
     return {"per_s": (total - first_count) / (done - first_at), "wall_seconds": done - spawned,
             "counted": counted, "redis_cpu_seconds": redis_cpu, "peak_rss_mb": peak_rss_kb / 1024,
             "window_keys": keys, "minute_window_bytes": sample_bytes}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _peak_rss_kb(pid: int) -> int:
@@ -229,7 +241,7 @@ async def cleanup(bootstrap: str, redis_url: str, topics: list[str], prefix: str
     await admin.start()
     try:
         await admin.delete_topics(topics)
-    except Exception:  # noqa: BLE001 - best effort
+    except KafkaError:  # best effort: a topic may be gone already
         pass
     finally:
         await admin.close()

@@ -23,7 +23,8 @@ successes is nan); latency quantiles are nan.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from monitor.pricing import PriceMap
 from monitor.schema import OUTCOMES, Trace
@@ -53,7 +54,7 @@ class Aggregate:
         self.latency = latency if latency is not None else LogSketch()
 
     # -- building -----------------------------------------------------------
-    def update(self, trace: Trace) -> "Aggregate":
+    def update(self, trace: Trace) -> Aggregate:
         """Fold one validated trace in (in place); returns self."""
         c = self.counts
         get = c.get
@@ -95,13 +96,13 @@ class Aggregate:
         return self
 
     @classmethod
-    def of(cls, traces: Iterable[Trace]) -> "Aggregate":
+    def of(cls, traces: Iterable[Trace]) -> Aggregate:
         agg = cls()
         for trace in traces:
             agg.update(trace)
         return agg
 
-    def merge(self, other: "Aggregate") -> "Aggregate":
+    def merge(self, other: Aggregate) -> Aggregate:
         """Add ``other`` in (in place); returns self."""
         c = self.counts
         for key, value in other.counts.items():
@@ -109,7 +110,7 @@ class Aggregate:
         self.latency.merge(other.latency)
         return self
 
-    def subtract(self, other: "Aggregate") -> "Aggregate":
+    def subtract(self, other: Aggregate) -> Aggregate:
         """Take ``other`` out again (in place); returns self: the inverse of :meth:`merge`.
 
         ``other`` must have been merged in before (a window leaving a running
@@ -137,10 +138,10 @@ class Aggregate:
             del c[key]
         return self
 
-    def __add__(self, other: "Aggregate") -> "Aggregate":
+    def __add__(self, other: Aggregate) -> Aggregate:
         return self.copy().merge(other)
 
-    def copy(self) -> "Aggregate":
+    def copy(self) -> Aggregate:
         return Aggregate(dict(self.counts), self.latency.copy())
 
     # -- serial form ----------------------------------------------------------
@@ -152,7 +153,7 @@ class Aggregate:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[Any, Any]) -> "Aggregate":
+    def from_dict(cls, data: Mapping[Any, Any]) -> Aggregate:
         """Inverse of :meth:`to_dict`; accepts the bytes Redis returns."""
         counts: dict[str, float] = {}
         buckets: dict[str, int] = {}

@@ -9,6 +9,10 @@ and what is allowed; unknown keys are errors (a typo must not be ignored).
 Secrets (``kafka.sasl_password``, ``kafka.ssl_password``, the password in
 ``redis.url``, ``notifiers.webhook_secret``) never appear in ``repr``, logs
 or ``/metrics``: :meth:`Config.redacted` is what may be shown.
+
+``[worker]`` (``fleetmon worker`` / ``rebuild``) parses its variables as the worker always did: empty is
+ignored, numbers > 0, ``native`` 1/0, true/false, yes/no, on/off. :func:`worker_settings` resolves a
+configuration for the worker; :mod:`monitor.kafka` builds Kafka client options from ``[kafka]``.
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ from __future__ import annotations
 import math
 import os
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from monitor.slices import DEFAULT_DIMENSIONS
-from monitor.windows import parse_duration
+from monitor.windows import Resolution, parse_duration, resolutions_for
 
 SECRET_KEYS = frozenset(("sasl_password", "ssl_password", "webhook_secret"))
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -47,17 +52,6 @@ class KafkaConfig:
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
     ssl_password: str = field(default="", repr=False)
-
-    def client_options(self) -> dict[str, Any]:
-        """Security settings passed through to kafka-python / aiokafka clients (same names)."""
-        out: dict[str, Any] = {"security_protocol": self.security_protocol}
-        for key in ("sasl_mechanism", "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"):
-            if getattr(self, key):
-                out[key] = getattr(self, key)
-        if self.sasl_username:
-            out["sasl_plain_username"] = self.sasl_username
-            out["sasl_plain_password"] = self.sasl_password
-        return out
 
 
 @dataclass(frozen=True)
@@ -114,6 +108,16 @@ class ExporterConfig:
 
 
 @dataclass(frozen=True)
+class WorkerConfig:
+    batch_max_records: int = 200_000      # records per batch, at most
+    batch_within: float = 1.0             # seconds a batch may wait to fill up
+    max_record_bytes: int = 1024 * 1024   # largest value accepted as a trace; larger ones go to the DLQ
+    partitions: int = 4                   # partitions of the topics the worker creates
+    session_timeout: float = 10.0         # consumer group session timeout, seconds
+    native: bool = True                   # fold with the native fast path (streams.native) when installed
+
+
+@dataclass(frozen=True)
 class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
@@ -123,6 +127,7 @@ class Config:
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     notifiers: NotifiersConfig = field(default_factory=NotifiersConfig)
     exporter: ExporterConfig = field(default_factory=ExporterConfig)
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
     source: str = "defaults"
 
     def seconds(self, section: str, key: str) -> float:
@@ -147,7 +152,37 @@ class Config:
         return f"Config(source={self.source!r}, {self.redacted()!r})"
 
 
-SECTIONS = ("kafka", "redis", "slices", "windows", "pricing", "alerts", "notifiers", "exporter")
+SECTIONS = ("kafka", "redis", "slices", "windows", "pricing", "alerts", "notifiers", "exporter", "worker")
+
+
+def parse_positive(kind: Callable[[str], Any], name: str, text: str) -> Any:
+    """``kind(text)`` when it is > 0; else ValueError naming ``name`` and the text."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0:
+        raise ValueError(f"{name} must be a number > 0, got {text!r}")
+    return value
+
+
+def parse_switch(name: str, text: str) -> bool:
+    """1/0, true/false, yes/no, on/off (any case) as a bool."""
+    lowered = text.strip().lower()
+    if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(f"{name} must be 1 or 0 (true/false, on/off), got {text!r}")
+    return lowered in ("1", "true", "yes", "on")
+
+
+#: [worker] keys -> the parser of their text (environment variables and the worker's flags)
+WORKER_KNOBS: dict[str, Callable[[str], Any]] = {
+    "batch_max_records": lambda t: parse_positive(int, "batch max records", t),
+    "batch_within": lambda t: parse_positive(float, "batch within", t),
+    "max_record_bytes": lambda t: parse_positive(int, "max record bytes", t),
+    "partitions": lambda t: parse_positive(int, "partitions", t),
+    "session_timeout": lambda t: parse_positive(float, "session timeout", t),
+    "native": lambda t: parse_switch("native", t),
+}
 
 
 def redact_url(url: str) -> str:
@@ -259,6 +294,9 @@ def _check(config: Config) -> None:
         raise bad("exporter.port", config.exporter.port, "a TCP port in 1..65535")
     if config.pricing.price_map and not Path(config.pricing.price_map).is_file():
         raise bad("pricing.price_map", config.pricing.price_map, "a readable TOML file, or empty for the default")
+    for key in ("batch_max_records", "batch_within", "max_record_bytes", "partitions", "session_timeout"):
+        if not getattr(config.worker, key) > 0:
+            raise bad(f"worker.{key}", getattr(config.worker, key), "a number > 0")
 
 
 def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
@@ -286,15 +324,73 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
         names = {f.name for f in fields(current)}
         extra = set(table) - names
         if extra:
-            raise ConfigError(f"{source}: unknown keys {sorted(extra)} in [{section}]; allowed: {', '.join(sorted(names))}")
+            raise ConfigError(f"{source}: unknown keys {sorted(extra)} in [{section}]; "
+                              f"allowed: {', '.join(sorted(names))}")
         updates = {}
         for f in fields(current):
             default = getattr(current, f.name)
             if f.name in table:
                 updates[f.name] = _coerce(f"{section}.{f.name}", table[f.name], default, from_env=False)
             env_key = f"FLEETMON_{section}_{f.name}".upper()
-            if env_key in env:
+            if env_key in env and section != "worker":
                 updates[f.name] = _coerce(f"{env_key} ({section}.{f.name})", env[env_key], default, from_env=True)
+            elif env.get(env_key):  # [worker] parses as the worker always did; an empty variable is ignored
+                try:
+                    updates[f.name] = WORKER_KNOBS[f.name](env[env_key])
+                except ValueError as exc:
+                    raise ConfigError(f"{env_key}: {exc}") from None
         config = replace(config, **{section: replace(current, **updates)})
     _check(config)
     return config
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What a worker (or a rebuild) runs with, resolved once (tests build it explicitly); pair TTL None: no pairing."""
+
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    redis_url: str = field(default="redis://localhost:6379/0", repr=False)
+    prefix: str = "fleetmon"
+    dimensions: tuple[str, ...] = DEFAULT_DIMENSIONS
+    max_slice_values: int = 100
+    resolutions: tuple[Resolution, ...] = field(default_factory=lambda: resolutions_for(48 * 3600, 35 * 86400))
+    batch_max_records: int = 200_000
+    batch_within_seconds: float = 1.0
+    max_record_bytes: int = 1024 * 1024
+    partitions: int = 4
+    session_timeout_seconds: float = 10.0
+    native: bool = True
+    pair_ttl_seconds: float | None = 3600.0
+    price_map: str = ""                       # empty: the bundled map
+
+    bootstrap = property(lambda self: self.kafka.bootstrap)
+    topic = property(lambda self: self.kafka.topic)
+    dlq_topic = property(lambda self: self.kafka.dlq_topic)
+    group_id = property(lambda self: self.kafka.group_id)
+
+    def describe(self) -> dict[str, Any]:
+        """A loggable summary (the Redis password is masked, Kafka secrets left out)."""
+        return {"bootstrap": self.bootstrap, "redis": redact_url(self.redis_url), "topic": self.topic,
+                "dlq_topic": self.dlq_topic, "group_id": self.group_id, "prefix": self.prefix,
+                "dimensions": list(self.dimensions), "max_slice_values": self.max_slice_values,
+                "windows": {r.name: r.retention_seconds for r in self.resolutions},
+                "batch_max_records": self.batch_max_records, "batch_within_seconds": self.batch_within_seconds,
+                "pair_ttl_seconds": self.pair_ttl_seconds, "native": self.native,
+                "security_protocol": self.kafka.security_protocol}
+
+
+def worker_settings(config: Config, *, pairing: bool = True) -> WorkerSettings:
+    """The worker's settings from ``config``; ConfigError names a window retention that cannot be used."""
+    try:
+        resolutions = resolutions_for(config.seconds("windows", "minute_retention"),
+                                      config.seconds("windows", "hour_retention"))
+    except ValueError as exc:
+        raise ConfigError(f"window retention: {exc}") from None
+    w = config.worker
+    return WorkerSettings(
+        kafka=config.kafka, redis_url=config.redis.url, prefix=config.redis.prefix,
+        dimensions=config.slices.dimensions, max_slice_values=config.slices.max_values, resolutions=resolutions,
+        batch_max_records=w.batch_max_records, batch_within_seconds=w.batch_within,
+        max_record_bytes=w.max_record_bytes, partitions=w.partitions, session_timeout_seconds=w.session_timeout,
+        native=w.native, pair_ttl_seconds=config.seconds("alerts", "pair_ttl") if pairing else None,
+        price_map=config.pricing.price_map)

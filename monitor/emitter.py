@@ -25,7 +25,9 @@ Guarantees:
 * the producer is idempotent with ``acks='all'`` (no duplicates from the
   producer's own retries, no loss on a leader change); ``close`` (and leaving
   the ``with`` block) flushes and waits. Delivery errors surface from
-  :meth:`flush` / :meth:`close` as :class:`EmitError` naming the trace.
+  :meth:`flush` / :meth:`close` as :class:`EmitError` naming the trace;
+* with ``kafka=`` (the ``[kafka]`` section of :mod:`monitor.config`) the
+  producer gets its security options (SASL, TLS) from :mod:`monitor.kafka`.
 
 Thread safety: the underlying kafka-python producer is thread-safe, so one
 emitter may be shared by a service's threads.
@@ -36,8 +38,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
 
+from monitor.config import KafkaConfig
+from monitor.kafka import kafka_python_producer
 from monitor.schema import Trace, TraceError, to_record, validate
 
 DEFAULT_TOPIC = "fleetmon.traces"
@@ -89,13 +95,15 @@ class TraceEmitter:
     """Validates and sends traces to Kafka (see the module docstring).
 
     ``producer`` may be injected (tests, or a shared KafkaProducer); otherwise
-    one is built from ``bootstrap`` (default: env ``FLEETMON_KAFKA_BOOTSTRAP``
-    or ``localhost:9092``) and ``producer_config`` overrides.
+    one is built from ``kafka`` (bootstrap and security; default: no security)
+    with ``bootstrap`` overriding its servers (default: ``kafka.bootstrap``
+    when ``kafka`` is given, else env ``FLEETMON_KAFKA_BOOTSTRAP`` or
+    ``localhost:9092``), and ``producer_config`` overrides last.
     """
 
     def __init__(self, bootstrap: str | None = None, topic: str = DEFAULT_TOPIC, *,
                  producer: Any = None, clock: Callable[[], float] = time.time,
-                 **producer_config: Any) -> None:
+                 kafka: KafkaConfig | None = None, **producer_config: Any) -> None:
         self.topic = topic
         self.clock = clock
         self.sent = 0
@@ -103,17 +111,13 @@ class TraceEmitter:
         if producer is None:
             from kafka import KafkaProducer
 
-            config: dict[str, Any] = {
-                "bootstrap_servers": (bootstrap or os.environ.get("FLEETMON_KAFKA_BOOTSTRAP")
-                                      or "localhost:9092").split(","),
-                "enable_idempotence": True,
-                "acks": "all",
-                "linger_ms": 5,
-                "batch_size": 256 * 1024,
-                "client_id": "fleetmon-emitter",
-            }
-            config.update(producer_config)
-            producer = KafkaProducer(**config)
+            if kafka is None:
+                kafka = KafkaConfig(bootstrap=os.environ.get("FLEETMON_KAFKA_BOOTSTRAP") or "localhost:9092")
+            if bootstrap:
+                kafka = replace(kafka, bootstrap=bootstrap)
+            options = kafka_python_producer(kafka, client_id="fleetmon-emitter", enable_idempotence=True,
+                                            acks="all", linger_ms=5, batch_size=256 * 1024)
+            producer = KafkaProducer(**{**options, **producer_config})
         self.producer = producer
         self._closed = False
 
@@ -155,7 +159,7 @@ class TraceEmitter:
             self._closed = True
             self.producer.close(timeout=timeout)
 
-    def __enter__(self) -> "TraceEmitter":
+    def __enter__(self) -> TraceEmitter:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

@@ -1,69 +1,23 @@
-"""Folding a batch of validated traces into additive deltas (pure).
+"""Folding a batch of validated traces into the fold's part of a :class:`~monitor.delta.BatchDelta` (pure).
 
-A :class:`BatchDelta` is everything one batch changes: per-(resolution,
-window, slice) aggregates, per-slice cumulative totals, pipeline counters
-(``traces``, ``dlq``, ``late``, ``folded:<dim>``) and each slice's latest
-event time. Deltas are additive, so a store applies them with increments,
-and applying the deltas of two batches equals applying the delta of their
-union. Time is passed in (``now``, epoch seconds).
+Traces are grouped by raw slice and window (:func:`group_traces`), then
+placed through the cardinality guard into per-(resolution, window, slice)
+aggregates, per-slice totals, latest event times and the counters
+``traces``, ``late`` and ``folded:<dim>`` (:func:`place_groups`). The fold
+knows nothing of shadow pairs: :meth:`monitor.pairing.Pairer.join` adds
+those to the same delta. Time is passed in (``now``, epoch seconds).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from monitor.aggregate import Aggregate
+from monitor.delta import BatchDelta
 from monitor.schema import Trace
 from monitor.slices import OTHER, UNKNOWN, Slicer, slice_id
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
-
-if TYPE_CHECKING:
-    from monitor.pairing import Pairer
-
-
-@dataclass
-class BatchDelta:
-    windows: dict[tuple[str, int, str], Aggregate] = field(default_factory=dict)
-    totals: dict[str, Aggregate] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=dict)
-    last_seen: dict[str, float] = field(default_factory=dict)
-    expire_at: dict[tuple[str, int], int] = field(default_factory=dict)
-    extra: dict[str, dict[str, float]] = field(default_factory=dict)  # key suffix -> additive fields
-    # Shadow pairing: halves that start / stop waiting, stored per source partition.
-    pending_set: dict[str, str] = field(default_factory=dict)
-    pending_del: set[str] = field(default_factory=set)
-
-    def count(self, name: str, n: int = 1) -> None:
-        self.counters[name] = self.counters.get(name, 0) + n
-
-    def merge(self, other: "BatchDelta") -> "BatchDelta":
-        for key, agg in other.windows.items():
-            self.windows.setdefault(key, Aggregate()).merge(agg)
-        for key, agg in other.totals.items():
-            self.totals.setdefault(key, Aggregate()).merge(agg)
-        for name, n in other.counters.items():
-            self.count(name, n)
-        for key, ts in other.last_seen.items():
-            self.last_seen[key] = max(ts, self.last_seen.get(key, ts))
-        self.expire_at.update(other.expire_at)
-        for key, fields in other.extra.items():
-            mine = self.extra.setdefault(key, {})
-            for name, value in fields.items():
-                mine[name] = mine.get(name, 0) + value
-        for pair_id in other.pending_del:
-            self.pending_set.pop(pair_id, None)
-        self.pending_del |= other.pending_del
-        for pair_id, text in other.pending_set.items():
-            self.pending_set[pair_id] = text
-            self.pending_del.discard(pair_id)
-        return self
-
-    @property
-    def empty(self) -> bool:
-        return not (self.windows or self.totals or self.counters or self.extra
-                    or self.pending_set or self.pending_del)
-
 
 #: A group's key: the slice dimensions' raw values (``unknown`` when missing)
 #: and its window start at each resolution.
@@ -162,19 +116,8 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
 
 
 def fold(traces: Iterable[Trace], slicer: Slicer, now: float,
-         resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS, delta: BatchDelta | None = None,
-         pairer: "Pairer | None" = None) -> BatchDelta:
-    """Fold validated traces (each with a ``ts``) into ``delta`` (a new one by default).
-
-    With a :class:`~monitor.pairing.Pairer`, shadow pairs are joined too and
-    halves waiting past its TTL at ``now`` are expired.
-    """
+         resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS, delta: BatchDelta | None = None) -> BatchDelta:
+    """Fold validated traces (each with a ``ts``) into ``delta`` (a new one by default); returns it."""
     delta = delta if delta is not None else BatchDelta()
-    traces = traces if isinstance(traces, (list, tuple)) else list(traces)
     place_groups(group_traces(traces, slicer.dimensions, resolutions).items(), slicer, now, resolutions, delta)
-    if pairer is not None:
-        for trace in traces:
-            if trace.pair_id is not None:
-                pairer.offer(trace, slicer.key(trace), delta)
-        pairer.expire(now, delta)
     return delta

@@ -1,16 +1,12 @@
-"""Joining shadow pairs: a baseline trace and its shadow twin share a ``pair_id`` (pure).
+"""Joining shadow pairs into typed :class:`PairedCounts` (pure).
 
-The producer keys traces by ``pair_id``, so both halves land in the same
-partition and one worker sees both. The first half to arrive waits in
-``pending`` (persisted with the batch that saw it, so a crash neither loses
-nor double-counts it); when its twin arrives the pair is folded into
-additive :class:`~alerts.evidence.PairedCounts` fields for its comparison
-(baseline release x candidate release) and slices:
-
-* ``all`` — the whole comparison, and
-* one slice per non-release dimension value (``task_type=refund``,
-  ``tenant=acme``, ...), taken from the baseline half's guarded slice
-  (``unknown`` values are left out: they would repeat ``all``).
+A baseline trace and its shadow twin share a ``pair_id``. The producer keys
+traces by ``pair_id``, so both halves land in the same partition and one
+worker sees both. The first half to arrive waits in ``pending`` (persisted
+with the batch that saw it, so a crash neither loses nor double-counts it);
+when its twin arrives the pair is added to the :class:`PairedCounts` of its
+comparison (baseline release x candidate release) in every slice of
+:func:`monitor.slices.comparison_slices` of the baseline half's guarded key.
 
 Counts are cumulative from the first pair of a comparison (the anytime-valid
 tests need the whole sequence). A half waiting longer than ``ttl_seconds``
@@ -18,23 +14,119 @@ of event time is dropped and counted (``pairs_expired``); a second half of
 the same arm is counted (``pairs_duplicate_half``) and ignored. Cost deltas
 are priced when the pair completes, with the price entry in force at the
 baseline half's time (a delta's square cannot be re-priced later).
+
+:class:`PairedCounts` is the contract with the alert engine: this module
+alone turns it into the store's flat hash (``pair:<baseline>:<candidate>:<slice
+id>``, see :func:`pair_key`) and back (:func:`read_paired_evidence`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
-from monitor.fold import BatchDelta
+from monitor.counters import Counters
+from monitor.delta import BatchDelta
 from monitor.pricing import PriceMap
-from monitor.schema import Trace
-from monitor.slices import UNKNOWN, SliceKey, slice_id
+from monitor.schema import PAIRED_ARMS, Trace
+from monitor.slices import SliceKey, Slicer, comparison_slices, parse_slice_id, slice_id
 
 PAIR_PREFIX = "pair:"
-PAIRED_ARMS = ("baseline", "shadow")
-COMPARISON_DIMENSIONS_EXCLUDED = ("release", "arm", "model_id")
+BASELINE_ARM = PAIRED_ARMS[0]
+
+
+def _sum_of(count_field: str) -> float:
+    """A float sum over the pairs ``count_field`` counts (written to the hash only when that count is)."""
+    return field(default=0.0, metadata={"count": count_field})
+
+
+@dataclass(frozen=True)
+class PairedCounts(Counters):
+    """Shadow-traffic evidence for one (comparison, slice): additive, mergeable (:class:`Counters`).
+
+    Every delta is candidate − baseline (cost in USD, latency in seconds).
+    ``b`` counts pairs where only the baseline succeeded, ``c`` pairs where
+    only the candidate did (McNemar's discordant cells); ``harm_b`` /
+    ``harm_c`` are the same cells for the harmful-action flag. ``cost_n`` /
+    ``latency_n`` count the pairs where both halves reported the quantity
+    (can be fewer than ``n_pairs``); the ``baseline_*_sum`` fields over those
+    pairs give the baseline means that make a delta relative.
+    ``candidate_benign`` / ``candidate_over_refusals`` (refused and benign)
+    feed the over-refusal threshold.
+    """
+
+    n_pairs: int = 0
+    b: int = 0
+    c: int = 0
+    harm_b: int = 0
+    harm_c: int = 0
+    cost_n: int = 0
+    cost_delta_sum: float = _sum_of("cost_n")
+    cost_delta_sumsq: float = _sum_of("cost_n")
+    latency_n: int = 0
+    latency_delta_sum: float = _sum_of("latency_n")
+    latency_delta_sumsq: float = _sum_of("latency_n")
+    candidate_harmful: int = 0
+    baseline_harmful: int = 0
+    candidate_benign: int = 0
+    candidate_over_refusals: int = 0
+    baseline_cost_sum: float = _sum_of("cost_n")
+    baseline_latency_sum: float = _sum_of("latency_n")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.b + self.c > self.n_pairs:
+            raise ValueError(f"b + c must be <= n_pairs, got b={self.b}, c={self.c}, n_pairs={self.n_pairs}")
+        if self.harm_b + self.harm_c > self.n_pairs:
+            raise ValueError(f"harm_b + harm_c must be <= n_pairs, got {self.harm_b} + {self.harm_c} > {self.n_pairs}")
+
+    @classmethod
+    def of_pair(cls, base: Half, cand: Half) -> PairedCounts:
+        """The counts of one completed pair."""
+        cost_delta = cand.cost_usd - base.cost_usd
+        latency = base.latency_seconds is not None and cand.latency_seconds is not None
+        lat_delta = (cand.latency_seconds or 0.0) - (base.latency_seconds or 0.0) if latency else 0.0
+        return cls(
+            n_pairs=1, b=int(base.success and not cand.success), c=int(cand.success and not base.success),
+            harm_b=int(base.harmful and not cand.harmful), harm_c=int(cand.harmful and not base.harmful),
+            candidate_harmful=int(cand.harmful), baseline_harmful=int(base.harmful),
+            candidate_benign=int(cand.benign), candidate_over_refusals=int(cand.over_refusal),
+            cost_n=1, cost_delta_sum=cost_delta, cost_delta_sumsq=cost_delta * cost_delta,
+            baseline_cost_sum=base.cost_usd,
+            latency_n=int(latency), latency_delta_sum=lat_delta, latency_delta_sumsq=lat_delta * lat_delta,
+            baseline_latency_sum=(base.latency_seconds or 0.0) if latency else 0.0)
+
+    def hash_fields(self) -> dict[str, float]:
+        """The increments for the store's hash: counts that are > 0, sums whose count is > 0."""
+        out: dict[str, float] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            count = f.metadata.get("count")
+            if (getattr(self, count) if count else value) > 0:
+                out[f.name] = value
+        return out
+
+    @property
+    def baseline_cost_mean_usd(self) -> float | None:
+        """Mean baseline cost over the ``cost_n`` pairs; None when there are none."""
+        return self.baseline_cost_sum / self.cost_n if self.cost_n else None
+
+    @property
+    def baseline_latency_mean_seconds(self) -> float | None:
+        """Mean baseline latency over the ``latency_n`` pairs; None when there are none."""
+        return self.baseline_latency_sum / self.latency_n if self.latency_n else None
+
+
+class PairedEvidence(NamedTuple):
+    """One stored (comparison, slice) of paired evidence."""
+
+    baseline_release: str
+    candidate_release: str
+    slice_key: SliceKey
+    counts: PairedCounts
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +138,7 @@ class Half:
     cost_usd: float
     latency_seconds: float | None
     ts: float
-    slices: tuple[str, ...]      # slice ids this pair counts in ("" = all)
+    slices: tuple[str, ...]      # ids of the slices this pair counts in ("" is the whole fleet)
     benign: bool
     over_refusal: bool
 
@@ -56,7 +148,7 @@ class Half:
                           separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "Half":
+    def from_json(cls, text: str | bytes) -> Half:
         arm, release, success, harmful, cost, latency, ts, slices, benign, over = json.loads(text)
         return cls(arm, release, success, harmful, cost, latency, ts, tuple(slices), benign, over)
 
@@ -73,15 +165,6 @@ def parse_pair_key(key: str) -> tuple[str, str, str]:
     return unquote(baseline), unquote(candidate), sid
 
 
-def comparison_slices(key: SliceKey) -> tuple[str, ...]:
-    """``""`` (all) plus one single-dimension slice id per non-release dimension."""
-    out = [""]
-    for dim, value in key:
-        if dim not in COMPARISON_DIMENSIONS_EXCLUDED and value != UNKNOWN:
-            out.append(slice_id(((dim, value),)))
-    return tuple(out)
-
-
 class Pairer:
     """Joins halves; ``pending`` maps pair_id → waiting half (see the module docstring)."""
 
@@ -92,18 +175,29 @@ class Pairer:
         self.ttl_seconds = ttl_seconds
         self.pending: dict[str, Half] = {}
 
-    def load(self, pending: Mapping[str | bytes, str | bytes]) -> None:
-        """Restore waiting halves (as persisted by a store)."""
+    def load(self, pending: Mapping[str, str]) -> None:
+        """Restore waiting halves (``{pair_id: half JSON}``, as :meth:`Store.pending` returns them)."""
         for pair_id, text in pending.items():
-            key = pair_id.decode() if isinstance(pair_id, bytes) else pair_id
-            self.pending[key] = Half.from_json(text)
+            self.pending[pair_id] = Half.from_json(text)
 
     def half(self, trace: Trace, key: SliceKey) -> Half:
         cost = self.prices.cost_usd(trace.model_id, trace.ts, trace.tokens_in, trace.tokens_cached_in,
                                     trace.tokens_out, trace.fees_usd)
         return Half(trace.arm, trace.release, trace.success, trace.harmful_action, cost, trace.latency_seconds,
-                    trace.ts or 0.0, comparison_slices(key), bool(trace.benign),
+                    trace.ts or 0.0, tuple(slice_id(k) for k in comparison_slices(key)), bool(trace.benign),
                     bool(trace.benign and trace.refused))
+
+    def join(self, traces: Iterable[Trace], slicer: Slicer, now: float, delta: BatchDelta) -> BatchDelta:
+        """Offer every trace (with its guarded key), then expire halves past the TTL at ``now``; returns ``delta``.
+
+        Call it after :func:`monitor.fold.fold` of the same traces, so the guard
+        has seen their values in the fold's order.
+        """
+        for trace in traces:
+            if trace.pair_id is not None:
+                self.offer(trace, slicer.key(trace), delta)
+        self.expire(now, delta)
+        return delta
 
     def offer(self, trace: Trace, key: SliceKey, delta: BatchDelta) -> None:
         """Take one trace (with its guarded slice key); pairs complete into ``delta``."""
@@ -114,16 +208,14 @@ class Pairer:
         other = self.pending.get(pair_id)
         if other is None:
             self.pending[pair_id] = half
-            delta.pending_set[pair_id] = half.to_json()
-            delta.pending_del.discard(pair_id)
+            delta.start_waiting(pair_id, half.to_json())
             return
         if other.arm == half.arm:
             delta.count("pairs_duplicate_half")
             return
         del self.pending[pair_id]
-        delta.pending_set.pop(pair_id, None)
-        delta.pending_del.add(pair_id)
-        base, cand = (other, half) if other.arm == "baseline" else (half, other)
+        delta.stop_waiting(pair_id)
+        base, cand = (other, half) if other.arm == BASELINE_ARM else (half, other)
         record_pair(base, cand, delta)
 
     def expire(self, now: float, delta: BatchDelta) -> int:
@@ -131,8 +223,7 @@ class Pairer:
         dead = [pid for pid, half in self.pending.items() if half.ts + self.ttl_seconds <= now]
         for pair_id in dead:
             del self.pending[pair_id]
-            delta.pending_set.pop(pair_id, None)
-            delta.pending_del.add(pair_id)
+            delta.stop_waiting(pair_id)
         if dead:
             delta.count("pairs_expired", len(dead))
         return len(dead)
@@ -140,40 +231,15 @@ class Pairer:
 
 def record_pair(base: Half, cand: Half, delta: BatchDelta) -> None:
     """Add one completed pair to every slice it counts in."""
-    fields: dict[str, float] = {"n_pairs": 1}
-    if base.success and not cand.success:
-        fields["b"] = 1
-    elif cand.success and not base.success:
-        fields["c"] = 1
-    if base.harmful and not cand.harmful:
-        fields["harm_b"] = 1
-    elif cand.harmful and not base.harmful:
-        fields["harm_c"] = 1
-    if cand.harmful:
-        fields["candidate_harmful"] = 1
-    if base.harmful:
-        fields["baseline_harmful"] = 1
-    if cand.benign:
-        fields["candidate_benign"] = 1
-    if cand.over_refusal:
-        fields["candidate_over_refusals"] = 1
-    cost_delta = cand.cost_usd - base.cost_usd
-    fields.update(cost_n=1, cost_delta_sum=cost_delta, cost_delta_sumsq=cost_delta * cost_delta,
-                  baseline_cost_sum=base.cost_usd)
-    if base.latency_seconds is not None and cand.latency_seconds is not None:
-        lat_delta = cand.latency_seconds - base.latency_seconds
-        fields.update(latency_n=1, latency_delta_sum=lat_delta, latency_delta_sumsq=lat_delta * lat_delta,
-                      baseline_latency_sum=base.latency_seconds)
+    fields_of_pair = PairedCounts.of_pair(base, cand).hash_fields()
     delta.count("pairs")
     for sid in base.slices:
-        target = delta.extra.setdefault(pair_key(base.release, cand.release, sid), {})
-        for name, value in fields.items():
-            target[name] = target.get(name, 0) + value
+        delta.add_paired_evidence(pair_key(base.release, cand.release, sid), fields_of_pair)
 
 
-def pairs_from_extra(extra: Mapping[str, Mapping[str, float]]) -> Iterable[tuple[str, str, str, dict[str, float]]]:
-    """(baseline, candidate, slice id, fields) for every stored pair key."""
-    for key, fields in extra.items():
+def read_paired_evidence(hashes: Mapping[str, Mapping[Any, Any]]) -> Iterator[PairedEvidence]:
+    """The evidence in a store's paired-evidence hashes (pair key -> fields); other keys are skipped."""
+    for key, hash_fields in hashes.items():
         if key.startswith(PAIR_PREFIX):
             baseline, candidate, sid = parse_pair_key(key)
-            yield baseline, candidate, sid, dict(fields)
+            yield PairedEvidence(baseline, candidate, parse_slice_id(sid), PairedCounts.from_dict(hash_fields))

@@ -53,11 +53,10 @@ class Price:
 
 def _epoch(value: Any, where: str) -> float:
     if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
-        return value.timestamp()
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+        return aware.timestamp()
     if isinstance(value, dt.date):
-        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc).timestamp()
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp()
     raise PricingError(f"{where}: effective_from must be a TOML date or datetime, got {value!r}")
 
 
@@ -84,7 +83,7 @@ class PriceMap:
         self._starts = {m: [p.effective_from for p in h] for m, h in self._history.items()}
 
     @classmethod
-    def from_toml(cls, text: str, source: str = "<string>") -> "PriceMap":
+    def from_toml(cls, text: str, source: str = "<string>") -> PriceMap:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -111,7 +110,7 @@ class PriceMap:
         return cls(prices, source)
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "PriceMap":
+    def load(cls, path: str | Path | None = None) -> PriceMap:
         """Read a TOML price map; ``None`` loads the bundled default."""
         if path is None:
             text = resources.files("monitor").joinpath("prices.toml").read_text()

@@ -22,12 +22,14 @@ rejecting anything that does not parse.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 OUTCOMES = ("success", "failure", "escalated", "abandoned")
-ARMS = ("baseline", "canary", "shadow")
+ARMS = ("baseline", "canary", "shadow")  # a trace's arm; below: a shadow pair, a canary stratum, a candidate
+PAIRED_ARMS, CANARY_ARMS, COMPARISON_ARMS = ("baseline", "shadow"), ("baseline", "canary"), ("shadow", "canary")
 USER_SIGNALS = ("up", "down", "none")
 
 #: Furthest into the future (relative to ``now``) a trace may be stamped.
@@ -111,7 +113,8 @@ class Trace:
     def dimension(self, name: str) -> str | None:
         """The value of a slice dimension: a top-level field, else a tag."""
         if name in _DIMENSION_FIELDS:
-            return getattr(self, name)
+            field_value: str | None = getattr(self, name)  # every dimension field is a str or None
+            return field_value
         return self.tags.get(name)
 
 
@@ -178,11 +181,11 @@ class _Checker:
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             self.bad(name, value, "a string")
             return None
-        value = str(value)
-        if required and not value:
-            self.bad(name, value, "a non-empty string")
+        text = str(value)
+        if required and not text:
+            self.bad(name, text, "a non-empty string")
             return None
-        return value
+        return text
 
     def count(self, name: str, value: Any) -> int:
         if value is None or (self.from_text and value == ""):
@@ -238,7 +241,8 @@ class _Checker:
         if value not in allowed:
             self.bad(name, value, "one of " + ", ".join(allowed))
             return default
-        return value
+        chosen: str = value  # a member of allowed
+        return chosen
 
 
 def _tag_text(value: Any) -> str:
@@ -252,27 +256,17 @@ def _tag_text(value: Any) -> str:
     return str(value)
 
 
+_COMPACT_RENAMES = {"agent": "model_id", "task": "task_id", "tin": "tokens_in", "tout": "tokens_out",
+                    "tin_cached": "tokens_cached_in", "fees": "fees_usd", "lat": "_lat_seconds"}
+
+
 def _from_compact(record: Mapping[str, Any]) -> dict[str, Any]:
-    """Rewrite the compact trial-log form into full-form field names."""
+    """Rewrite the compact trial-log form into full-form field names (unknown keys become tags)."""
     full: dict[str, Any] = {}
     tags: dict[str, Any] = {}
     for key, value in record.items():
-        if key == "agent":
-            full["model_id"] = value
-        elif key == "task":
-            full["task_id"] = value
-        elif key == "tin":
-            full["tokens_in"] = value
-        elif key == "tout":
-            full["tokens_out"] = value
-        elif key == "tin_cached":
-            full["tokens_cached_in"] = value
-        elif key == "fees":
-            full["fees_usd"] = value
-        elif key == "lat":
-            full["_lat_seconds"] = value
-        elif key in ("trial", "ok", "steps", "ts"):
-            full[key] = value
+        if key in _COMPACT_RENAMES:
+            full[_COMPACT_RENAMES[key]] = value
         elif key in KNOWN_FIELDS:
             full[key] = value
         else:
@@ -362,6 +356,7 @@ def validate(record: Any, *, now: float | None = None, from_text: bool = False,
     if check.problems:
         raise TraceError(check.problems, where)
     assert trace_id is not None and model_id is not None
+    by_name: dict[str, Any] = {**counts, **flags}  # the int fields of _COUNT_FIELDS, the bool ones of _BOOL_FIELDS
     return Trace(
         trace_id=trace_id, ts=ts, model_id=model_id,
         release=strings["release"] or model_id, arm=arm or "baseline",
@@ -371,7 +366,7 @@ def validate(record: Any, *, now: float | None = None, from_text: bool = False,
         pair_id=strings["pair_id"], task_type=strings["task_type"], tenant=strings["tenant"],
         locale=strings["locale"], tags=tags, task_id=strings["task_id"], trial=trial,
         fees_usd=fees or 0.0, latency_seconds=latency, user_signal=user_signal or "none",
-        recontact_24h=recontact, benign=benign, **counts, **flags,  # type: ignore[arg-type]
+        recontact_24h=recontact, benign=benign, **by_name,
     )
 
 

@@ -26,7 +26,7 @@ Empty sketch: ``count == 0`` and every quantile is ``nan``.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 DEFAULT_RELATIVE_ACCURACY = 0.01
 DEFAULT_MIN_VALUE = 1e-6
@@ -78,7 +78,7 @@ class LogSketch:
         """The representative value of bucket ``index``."""
         return 2.0 * self.gamma ** index / (self.gamma + 1.0)
 
-    def merge(self, other: "LogSketch") -> "LogSketch":
+    def merge(self, other: LogSketch) -> LogSketch:
         """Add ``other`` into this sketch (in place) and return self."""
         if other.relative_accuracy != self.relative_accuracy or other.min_value != self.min_value:
             raise ValueError(
@@ -90,7 +90,7 @@ class LogSketch:
         self.count += other.count
         return self
 
-    def subtract(self, other: "LogSketch") -> "LogSketch":
+    def subtract(self, other: LogSketch) -> LogSketch:
         """Take ``other`` out of this sketch (in place) and return self: the inverse of :meth:`merge`.
 
         Exact (bucket counts are integers) when ``other`` was merged in
@@ -119,10 +119,10 @@ class LogSketch:
         self.count -= other.count
         return self
 
-    def __add__(self, other: "LogSketch") -> "LogSketch":
+    def __add__(self, other: LogSketch) -> LogSketch:
         return self.copy().merge(other)
 
-    def copy(self) -> "LogSketch":
+    def copy(self) -> LogSketch:
         out = LogSketch(self.relative_accuracy, self.min_value)
         out.buckets = dict(self.buckets)
         out.zero_count = self.zero_count
@@ -186,7 +186,7 @@ class LogSketch:
         return out
 
     @classmethod
-    def of_buckets(cls, buckets: dict[int, int], zero_count: int = 0) -> "LogSketch":
+    def of_buckets(cls, buckets: dict[int, int], zero_count: int = 0) -> LogSketch:
         """A default-parameter sketch holding ``buckets`` (index → count > 0) and ``zero_count`` zeros;
         takes ownership of ``buckets``."""
         sketch = cls()
@@ -198,7 +198,7 @@ class LogSketch:
     @classmethod
     def from_dict(cls, data: Mapping[str, int | str | bytes],
                   relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
-                  min_value: float = DEFAULT_MIN_VALUE) -> "LogSketch":
+                  min_value: float = DEFAULT_MIN_VALUE) -> LogSketch:
         """Inverse of :meth:`to_dict`; accepts bytes/str values as Redis returns them."""
         sketch = cls(relative_accuracy, min_value)
         for key, raw in data.items():

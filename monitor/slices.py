@@ -1,8 +1,12 @@
 """Slices: which dimensions a trace is grouped by, and the cardinality guard.
 
-A slice is an ordered tuple of ``(dimension, value)``; its id is the text
+A slice (:data:`SliceKey`) is a tuple of ``(dimension, value)`` with
+distinct dimensions, in the slicer's dimension order; its id is the text
 ``dim=value|dim=value`` with ``%``, ``|`` and ``=`` percent-escaped in values,
-so ids round-trip and can be parsed back. A missing value is ``unknown``.
+so ids round-trip and can be parsed back (the order is part of the id, and so
+of the store's keys). A missing value is ``unknown``. The whole fleet is
+:data:`WHOLE_FLEET`, the empty key (its id is ``""``). A comparison of two
+releases is judged on :func:`comparison_slices`.
 
 Cardinality guard: each dimension admits at most ``max_values`` distinct
 values; the first ones seen are admitted (in a steady fleet the values that
@@ -14,16 +18,40 @@ is pure; the Redis store keeps the admitted sets so that all workers agree.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from monitor.schema import Trace
 
 DEFAULT_DIMENSIONS = ("release", "arm", "task_type", "tenant", "locale")
 OTHER = "__other__"
 UNKNOWN = "unknown"
+#: Dimensions that say which side of a comparison a trace is on, never a slice of the comparison.
+COMPARISON_EXCLUDED_DIMENSIONS = ("release", "arm", "model_id")
 
 SliceKey = tuple[tuple[str, str], ...]
+"""``(dimension, value)`` pairs, distinct dimensions, in the slicer's dimension order."""
+
+WHOLE_FLEET: SliceKey = ()
+"""The slice of every trace (id ``""``); output edges render it (alert labels say ``all``)."""
+
+
+def slice_key(items: Mapping[str, str] | Sequence[tuple[str, str]] = ()) -> SliceKey:
+    """A :data:`SliceKey` from a mapping or pairs, in their order; raises on a repeated dimension."""
+    pairs = items.items() if isinstance(items, Mapping) else items
+    out = tuple((str(dim), str(value)) for dim, value in pairs)
+    dims = [dim for dim, _ in out]
+    if len(set(dims)) != len(dims):
+        raise ValueError(f"slice key has a repeated dimension: {out!r}")
+    return out
+
+
+def comparison_slices(key: SliceKey) -> tuple[SliceKey, ...]:
+    """Where a trace of slice ``key`` counts in a comparison: the whole fleet, plus one
+    single-dimension slice per dimension not in :data:`COMPARISON_EXCLUDED_DIMENSIONS` whose
+    value is known (an ``unknown`` slice would repeat the whole fleet), in ``key``'s order."""
+    return (WHOLE_FLEET, *(((dim, value),) for dim, value in key
+                           if dim not in COMPARISON_EXCLUDED_DIMENSIONS and value != UNKNOWN))
 
 
 def _escape(value: str) -> str:
@@ -40,7 +68,7 @@ def slice_id(key: SliceKey) -> str:
 
 def parse_slice_id(text: str) -> SliceKey:
     if not text:
-        return ()
+        return WHOLE_FLEET
     out = []
     for part in text.split("|"):
         dim, sep, value = part.partition("=")

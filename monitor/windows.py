@@ -29,7 +29,7 @@ class Resolution:
 
     def start(self, ts: float) -> int:
         """Start of the window holding ``ts``."""
-        return int(math.floor(ts / self.size_seconds)) * self.size_seconds
+        return math.floor(ts / self.size_seconds) * self.size_seconds
 
     def ranges(self, ts: float) -> tuple[int, int]:
         start = self.start(ts)
@@ -47,7 +47,7 @@ class Resolution:
         if end <= start:
             return []
         first = self.start(start)
-        return list(range(first, int(math.ceil(end)), self.size_seconds))
+        return list(range(first, math.ceil(end), self.size_seconds))
 
 
 def resolutions_for(minute_retention_seconds: float, hour_retention_seconds: float) -> tuple[Resolution, ...]:

@@ -11,11 +11,11 @@ atomic Redis apply per fetch (covering every partition in it).
 Faust's own consumer is switched off (:class:`_Boot`): the loop owns an
 aiokafka consumer in the same consumer group protocol as any Kafka client,
 because Faust's per-event agent path is an order of magnitude slower than
-the throughput target (figures in :mod:`streams.loop`). What Faust still
+the throughput target (figures in docs/operating.md). What Faust still
 does here: the worker process (signal handling, logging, ordered start and
 graceful stop of services), topic declaration, and the producer the DLQ is
 written with (``acks=all``, so a DLQ record is durable before the Redis
-apply that counts it).
+apply that counts it). Every Kafka client option comes from :mod:`monitor.kafka`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from faust.app.base import BootStrategy
 
+from monitor.config import WorkerSettings
+from monitor.kafka import aiokafka_admin, faust_broker
+from monitor.kafka import faust_credentials as faust_credential_options
 from monitor.store.redis.store import RedisStore
-from streams.settings import WorkerSettings
 from streams.loop import ConsumeLoop, tune_gc
 
 log = logging.getLogger("fleetmon.worker")
@@ -69,8 +71,7 @@ class FaustDlqSink:
 
 async def ensure_topics(settings: WorkerSettings, names: list[str]) -> None:
     """Create the topics that do not exist yet (``settings.partitions`` each)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap.split(","),
-                                client_id="fleetmon-admin", **settings.aiokafka_options())
+    admin = AIOKafkaAdminClient(**aiokafka_admin(settings.kafka, client_id="fleetmon-admin"))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -120,14 +121,13 @@ class AggregateService(mode.Service):
 
 def faust_credentials(settings: WorkerSettings) -> Any:
     """Faust's form of the Kafka security settings (None for PLAINTEXT)."""
-    options = settings.aiokafka_options()
-    if not options:
+    options = faust_credential_options(settings.kafka)
+    if options is None:
         return None
-    if "sasl_mechanism" in options:
-        return faust.SASLCredentials(username=options["sasl_plain_username"],
-                                     password=options["sasl_plain_password"],
-                                     mechanism=options["sasl_mechanism"], ssl_context=options.get("ssl_context"))
-    return faust.SSLCredentials(options["ssl_context"])
+    if options.kind == "sasl":
+        return faust.SASLCredentials(username=options.username, password=options.password,
+                                     mechanism=options.mechanism, ssl_context=options.ssl_context)
+    return faust.SSLCredentials(options.ssl_context)
 
 
 def create_app(settings: WorkerSettings) -> FleetmonApp:
@@ -135,7 +135,7 @@ def create_app(settings: WorkerSettings) -> FleetmonApp:
     datadir = os.path.join(tempfile.gettempdir(), f"fleetmon-faust-{os.getuid()}")
     app = FleetmonApp(
         f"fleetmon-{settings.group_id}",
-        broker=[f"kafka://{host.strip()}" for host in settings.bootstrap.split(",")],
+        broker=faust_broker(settings.kafka),
         datadir=datadir,
         web_enabled=False,
         producer_acks=-1,

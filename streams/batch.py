@@ -30,14 +30,17 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-from monitor.fold import BatchDelta, Group, GroupKey, group_traces, place_groups
-from streams.native import NativeFolder
-from monitor.schema import Trace, TraceError, validate
-from monitor.slices import Slicer
+from monitor.delta import BatchDelta
+from monitor.fold import Group, GroupKey, group_traces, place_groups
+from monitor.pairing import Pairer
+from monitor.schema import PAIRED_ARMS, Trace, TraceError, validate
+from monitor.slices import SliceKey, Slicer
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
+from streams.native import NativeFolder
 
 try:  # orjson is ~5x faster than json on trace-sized objects
     from orjson import JSONDecodeError as _JSONDecodeError
@@ -100,11 +103,6 @@ class PartitionBatch:
         return len(self.records)
 
     @property
-    def trace_offsets(self) -> list[int]:
-        """The offsets of ``traces`` (the Python-validated ones), same order."""
-        return [self.records[position - self.base].offset for position in self.positions]
-
-    @property
     def trace_count(self) -> int:
         return len(self.traces) + self.native_count
 
@@ -148,7 +146,7 @@ class Batch:
     def __bool__(self) -> bool:
         return self.size > 0
 
-    def after(self, watermarks: Mapping[str, int | None]) -> "Batch":
+    def after(self, watermarks: Mapping[str, int | None]) -> Batch:
         """The records above each partition's watermark (by source), decoded again the same way."""
         return decode_batch([(part.topic, part.partition, records_after(part.records, watermarks.get(part.source)))
                              for part in self.parts], self.now,
@@ -233,7 +231,7 @@ def decode_batch(parts: Sequence[tuple[str, int, Sequence[Any]]], now: float, *,
                              [part.size for part in batch.parts])
     except (KeyboardInterrupt, SystemExit):
         raise
-    except BaseException:  # noqa: BLE001 - a fault (even a panic) in the fast path: decode it all in Python
+    except BaseException:
         log.exception("the native fold failed on a batch of %d records; decoding it in Python", batch.size)
         return decode_batch(parts, now, max_record_bytes=max_record_bytes, loads=loads, native=None)
     batch.groups = result.groups
@@ -250,11 +248,6 @@ def decode_batch(parts: Sequence[tuple[str, int, Sequence[Any]]], now: float, *,
         _decode_python(part, left, now, max_record_bytes, loads)
         start = end
     return batch
-
-
-def decode_records(topic: str, partition: int, records: Sequence[Any], now: float, **options: Any) -> Batch:
-    """:func:`decode_batch` of one partition's records."""
-    return decode_batch([(topic, partition, records)], now, **options)
 
 
 def fold_batch(batch: Batch, slicer: Slicer, now: float,
@@ -277,17 +270,26 @@ def fold_batch(batch: Batch, slicer: Slicer, now: float,
     return delta
 
 
-def group_by_partition(records: Iterable[Any]) -> dict[tuple[str, int], list[Any]]:
-    """Split records by ``(topic, partition)``, keeping each partition's order."""
-    out: dict[tuple[str, int], list[Any]] = {}
-    for record in records:
-        key = (record.topic, record.partition)
-        part = out.get(key)
-        if part is None:
-            out[key] = [record]
-        else:
-            part.append(record)
-    return out
+def pair_batch(batch: Batch, pairers: Mapping[str, Pairer], key: Callable[[Trace], SliceKey], now: float,
+               delta: BatchDelta) -> dict[str, tuple[dict[str, str], set[str]]]:
+    """Join the batch's shadow pairs into ``delta`` with each source's pairer (sources without one are
+    not paired); returns the waiting halves' changes per source. A half expires on its partition's
+    event-time clock: the part's latest ``ts``, capped at ``now``."""
+    pending: dict[str, tuple[dict[str, str], set[str]]] = {}
+    for part in batch.parts:
+        pairer = pairers.get(part.source)
+        latest = part.latest_ts
+        if pairer is None or latest is None:
+            continue
+        paired = BatchDelta()
+        for trace in part.traces:  # the native path leaves every trace with a pair_id to Python
+            if trace.pair_id is not None and trace.arm in PAIRED_ARMS:
+                pairer.offer(trace, key(trace), paired)
+        pairer.expire(min(now, latest), paired)
+        pending[part.source] = (paired.pending_set, paired.pending_del)
+        paired.pending_set, paired.pending_del = {}, set()
+        delta.merge(paired)
+    return pending
 
 
 def merge_fetches(into: dict[Any, list[Any]], fetched: dict[Any, list[Any]]) -> int:

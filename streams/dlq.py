@@ -34,7 +34,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from streams.batch import PartitionBatch
 
 DLQ_VERSION = 1
 #: Default cap on the original value copied into a DLQ record (bytes). The
@@ -107,6 +110,21 @@ def encode_bounded(*, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         if len(encoded) <= max_record_bytes or cap == 0:
             return encoded
         cap //= 4
+
+
+class DlqSink(Protocol):
+    """Where rejected records go; ``send`` returns once every record is acknowledged."""
+
+    async def send(self, records: list[tuple[bytes, bytes]]) -> None: ...
+
+
+def part_records(part: PartitionBatch, rejected_at: float) -> list[tuple[bytes, bytes]]:
+    """``(key, value)`` of the DLQ record of each rejection of ``part``, in offset order."""
+    return [(dlq_key(part.topic, part.partition, rejection.offset),
+             encode_bounded(topic=part.topic, partition=part.partition, offset=rejection.offset,
+                            value=rejection.value, reasons=rejection.reasons, key=rejection.key,
+                            timestamp_ms=rejection.timestamp_ms, rejected_at=rejected_at))
+            for rejection in part.rejections]
 
 
 def parse_dlq_record(raw: bytes) -> dict[str, Any]:

@@ -1,65 +1,18 @@
-"""The consume loop: Kafka fetches → decode + validate → fold → one atomic Redis apply per fetch → commit.
+"""The consume loop: Kafka fetches → decode + validate → fold + pair → one atomic Redis apply per fetch → commit.
 
-Why the loop owns an aiokafka consumer instead of being a Faust agent:
-measured on the project machine (2 cores), a Faust agent on a raw-bytes
-topic draining ``stream.take(10_000, within=1)`` with no processing moved
-about 9,300 records/s, while a bare aiokafka consumer calling ``getmany``
-drained the same topic at 220,000–500,000 records/s. Faust's per-event path
-(conductor → channel queue → one Event per record → per-record acks) costs
-~100 µs a record. So :mod:`streams.app` runs this loop inside the Faust
-worker as a service that owns its consumer and takes whole fetches; Faust
-keeps the process lifecycle (signals, logging, graceful stop), the topic
-declarations and the producer the DLQ is written with.
+Guarantees (Kafka delivers at least once; the effect on Redis is exactly once):
 
-Where the time goes, and what the loop does about it (``bench/throughput.py``):
+* a fetch (one or more partitions) is one :class:`streams.batch.Batch`, written by one atomic
+  ``RedisStore.apply_ranges`` that also advances each partition's watermark and is refused when any
+  range starts at or below it; the loop then re-reads the watermarks and applies only what lies above;
+* a partition resumes at its Redis watermark + 1, not at the committed offset; offsets are committed
+  only after the apply; shadow pairs' waiting halves are persisted by the same apply;
+* rejected records reach the DLQ (acknowledged) before the apply that counts them; infrastructure
+  failures are retried with backoff and nothing is committed meanwhile (the worker stalls rather than
+  drops); bad input never raises out of the loop.
 
-* decoding and validating: the native fast path (:mod:`streams.native`, Rust)
-  decodes, validates and group-folds the plain full-form traces of a whole
-  fetch in one call with the GIL released; Python validates only the rest
-  (and writes every rejection reason);
-* Redis: cost grows with the hash fields written per apply, so one apply
-  covers a whole fetch (every partition in it) rather than one partition,
-  fetches are large (``batch_max_records``, 200,000 by default), and the
-  apply script reads and rewrites each hash once instead of one HINCRBY a
-  field;
-* pipelining: the apply thread decodes, folds, dead-letters and applies
-  fetch N while the event loop already fetches N + 1 (one fetch in flight
-  at most, so applies stay in offset order).
-
-Exactly-once effect on Redis (Kafka itself delivers at least once):
-
-* a batch is the fetched records of one or more partitions; its delta
-  (traces folded by :func:`monitor.fold.fold` plus the ``dlq`` count) is
-  written by one atomic ``RedisStore.apply_ranges(delta, [(topic:partition,
-  first, last), ...])`` that also advances every partition's watermark, and
-  is refused by Redis when any ``first`` is at or below its watermark;
-* on assignment the loop reads each partition's watermark and seeks to
-  ``watermark + 1`` (Redis, not the committed offset, decides the position,
-  so a crash between apply and commit re-reads nothing twice); records at or
-  below the cached watermark are dropped before decoding;
-* when an apply is refused (another worker — e.g. a zombie that lost a
-  partition — got there first), the watermarks are re-read, the records at
-  or below them dropped and the rest decoded, folded and applied again;
-* offsets are committed to Kafka only after the apply (at most once a
-  second, and on revocation and stop) — they matter for lag monitoring and
-  for partitions that have no watermark yet.
-
-Shadow pairing (baseline ⋈ shadow on ``pair_id``; the producer keys by
-``pair_id`` so both halves reach the same partition): each partition has a
-:class:`monitor.pairing.Pairer` whose waiting halves are persisted by the
-same apply (``P:pending:<topic>:<partition>``) and reloaded on assignment
-and after a refused or failed apply. Traces with a ``pair_id`` always take
-the Python path, so the pairer sees whole traces. Pairing runs in the apply
-thread, which owns the pairers. A half waits ``pair_ttl`` of *event time*:
-the clock is its partition's latest ``ts`` in the batch (capped at wall
-time), so ``fleetmon rebuild`` pairs old traffic as the live worker did
-(only a half that waited about the TTL may fare differently, as batch
-boundaries differ).
-
-Rejected records are written to the DLQ (and acknowledged) before the apply
-that counts them. Infrastructure failures (Redis or the DLQ unreachable) are
-retried with backoff and logged; nothing is committed meanwhile, so the
-worker stalls rather than drops. Bad *input* never raises out of the loop.
+The apply thread decodes, folds and applies fetch N while the event loop fetches N + 1 (one in flight,
+so applies stay in offset order). Why the loop owns its consumer, and its cost: docs/operating.md.
 """
 
 from __future__ import annotations
@@ -67,28 +20,29 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
-import socket
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from functools import partial
+from typing import Any
 
 import redis
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from monitor.fold import BatchDelta
-from monitor.pairing import PAIRED_ARMS, Pairer
+from monitor.config import WorkerSettings
+from monitor.delta import BatchDelta
+from monitor.pairing import Pairer
 from monitor.pricing import PriceMap
 from monitor.slices import Slicer
 from monitor.store.base import StoreError
 from monitor.store.redis.store import RedisGuard, RedisStore
+from streams.batch import Batch, PartitionBatch, decode_batch, fold_batch, pair_batch, records_after
+from streams.consumer import RebalanceListener, make_consumer, take
+from streams.dlq import DlqSink, part_records
 from streams.native import NativeFolder
 from streams.native import available as native_available
-from streams.batch import Batch, PartitionBatch, decode_batch, fold_batch, merge_fetches, records_after
-from streams.dlq import dlq_key, encode_bounded
-from streams.settings import WorkerSettings
 
 log = logging.getLogger("fleetmon.worker")
 
@@ -98,23 +52,20 @@ RETRY_MAX_SECONDS = 10.0
 
 
 def tune_gc() -> None:
-    """Fewer garbage-collector passes: a batch allocates ~10 objects per record,
-    all freed together; the default gen-0 threshold (700) runs a pass every
-    few dozen records. Startup objects are frozen out of every pass. Measured
-    10-15% more traces/s on the decode + validate + fold path."""
+    """Fewer garbage-collector passes (a batch allocates ~10 objects per record, all freed together);
+    startup objects are frozen out of every pass. Gain measured in docs/operating.md."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
 
 
+def retry_delay(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, ...): exponential from 0.4 s, capped."""
+    return min(RETRY_MAX_SECONDS, 0.2 * 2 ** min(attempt, 6))
+
+
 def _describe(batch: Batch) -> str:
     return ", ".join(f"{source} offsets {first}..{last}" for source, first, last in batch.ranges())
-
-
-class DlqSink(Protocol):
-    """Where rejected records go; ``send`` returns once every record is acknowledged."""
-
-    async def send(self, records: list[tuple[bytes, bytes]]) -> None: ...
 
 
 class StopRequested(Exception):
@@ -133,38 +84,8 @@ class LoopCounters:
     records_already_applied: int = 0
 
 
-class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, loop: "ConsumeLoop") -> None:
-        self.loop = loop
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.loop.on_revoked(set(revoked))
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.loop.on_assigned(set(assigned))
-
-
-def make_consumer(settings: WorkerSettings, group_id: str | None = None,
-                  client_id: str | None = None) -> AIOKafkaConsumer:
-    """The consumer the loop owns: manual commits, large fetches, raw bytes."""
-    session_ms = int(settings.session_timeout_seconds * 1000)
-    return AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap.split(","),
-        group_id=group_id or settings.group_id,
-        client_id=client_id or f"fleetmon-{socket.gethostname()}-{os.getpid()}",
-        enable_auto_commit=False,
-        auto_offset_reset=settings.auto_offset_reset,
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-        fetch_max_bytes=64 * 1024 * 1024,
-        session_timeout_ms=session_ms,
-        heartbeat_interval_ms=max(100, session_ms // 3),
-        max_poll_interval_ms=300_000,
-        **settings.aiokafka_options(),
-    )
-
-
 class ConsumeLoop:
-    """One consumer's loop into one store (see the module docstring).
+    """One consumer's loop into one store (guarantees in the module docstring).
 
     ``dlq`` may be None (``fleetmon rebuild`` re-reads records that were
     dead-lettered when first seen): rejections are then counted, not sent.
@@ -202,7 +123,7 @@ class ConsumeLoop:
 
     # -- lifecycle ----------------------------------------------------------------
     async def start(self) -> None:
-        self.consumer.subscribe([self.settings.topic], listener=_Rebalance(self))
+        self.consumer.subscribe([self.settings.topic], listener=RebalanceListener(self))
         await self.consumer.start()
         self._event_loop = asyncio.get_running_loop()
         self._started = True
@@ -210,7 +131,7 @@ class ConsumeLoop:
     def request_stop(self) -> None:
         self._stop = True
 
-    async def run(self, until: Callable[["ConsumeLoop"], Awaitable[bool]] | None = None) -> None:
+    async def run(self, until: Callable[[ConsumeLoop], Awaitable[bool]] | None = None) -> None:
         """Consume until :meth:`request_stop` (or until ``until(self)`` is true
         after a fetch that left the buffer empty), then drain and close."""
         if not self._started:
@@ -218,7 +139,8 @@ class ConsumeLoop:
         progress_at = time.monotonic() + PROGRESS_LOG_INTERVAL_SECONDS
         try:
             while not self._stop:
-                fetched, full = await self._take()
+                fetched, full = await take(self.consumer, self.settings.batch_max_records,
+                                           self.settings.batch_within_seconds, lambda: self._stop)
                 if fetched:
                     await self._process(fetched)
                 await self._commit_ready()
@@ -250,31 +172,6 @@ class ConsumeLoop:
         finally:
             await self.consumer.stop()
             self._executor.shutdown(wait=True)
-
-    # -- fetching -----------------------------------------------------------------
-    async def _take(self) -> tuple[dict[TopicPartition, list[Any]], bool]:
-        """Up to ``batch_max_records`` records, waiting at most ``batch_within``
-        after the first one arrives (``stream.take(max, within)`` semantics).
-        Returns the records by partition and whether the batch filled up."""
-        limit = self.settings.batch_max_records
-        fetched: dict[TopicPartition, list[Any]] = {}
-        count = 0
-        deadline: float | None = None
-        timeout_ms = int(self.settings.batch_within_seconds * 1000)
-        while not self._stop:
-            part = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=limit - count)
-            count += merge_fetches(fetched, part)
-            if count >= limit:
-                return fetched, True
-            if count == 0:
-                return fetched, False
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + self.settings.batch_within_seconds
-            if not part or now >= deadline:
-                break
-            timeout_ms = max(1, int((deadline - now) * 1000))
-        return fetched, False
 
     # -- processing ---------------------------------------------------------------
     async def _process(self, fetched: dict[TopicPartition, list[Any]]) -> None:
@@ -327,6 +224,7 @@ class ConsumeLoop:
                              max_record_bytes=self.settings.max_record_bytes, native=self.native)
         tps = {part.source: tp for part, (tp, _) in zip(batch.parts, parts)}
         if batch.rejection_count and self.dlq is not None:
+            assert self._event_loop is not None  # set by start(), before any fetch
             for part in batch.parts:
                 if part.rejections:  # written (and acknowledged) before the apply that counts them
                     asyncio.run_coroutine_threadsafe(self._send_dlq(part, now), self._event_loop).result()
@@ -354,7 +252,8 @@ class ConsumeLoop:
                     stale_pairers = False
                 if delta is None:
                     delta = fold_batch(batch, self.slicer, now, self.settings.resolutions)
-                    pending = self._pair(tps, batch, delta, now)
+                    pairers = {source: self.pairers[tp] for source, tp in tps.items() if tp in self.pairers}
+                    pending = pair_batch(batch, pairers, self.slicer.key, now, delta)
                 refused = self.store.apply_ranges(delta, batch.ranges(), pending)
                 if refused is None:
                     self.counters.batches += 1
@@ -366,7 +265,7 @@ class ConsumeLoop:
                 watermarks = self.store.applied_offsets()
             except (StoreError, redis.RedisError) as exc:
                 attempt += 1
-                delay = min(RETRY_MAX_SECONDS, 0.2 * 2 ** min(attempt, 6))
+                delay = retry_delay(attempt)
                 log.warning("Redis apply of %s failed (attempt %d), retrying in %.1f s: %s: %s",
                             _describe(batch), attempt, delay, type(exc).__name__, exc)
                 stale_pairers = stale_pairers or (delta is not None and bool(self.pairers))
@@ -391,26 +290,6 @@ class ConsumeLoop:
             tps = {source: tp for source, tp in tps.items() if source in left}
             batch, delta = rest, None
 
-    def _pair(self, tps: dict[str, TopicPartition], batch: Batch, delta: BatchDelta,
-              now: float) -> dict[str, tuple[dict[str, str], set[str]]]:
-        """Join the batch's shadow pairs into ``delta``; returns the waiting halves' changes per source."""
-        pending: dict[str, tuple[dict[str, str], set[str]]] = {}
-        key = self.slicer.key
-        for part in batch.parts:
-            pairer = self.pairers.get(tps[part.source])
-            latest = part.latest_ts
-            if pairer is None or latest is None:
-                continue
-            paired = BatchDelta()
-            for trace in part.traces:  # the native path leaves every trace with a pair_id to Python
-                if trace.pair_id is not None and trace.arm in PAIRED_ARMS:
-                    pairer.offer(trace, key(trace), paired)
-            pairer.expire(min(now, latest), paired)
-            pending[part.source] = (paired.pending_set, paired.pending_del)
-            paired.pending_set, paired.pending_del = {}, set()
-            delta.merge(paired)
-        return pending
-
     def _load_pairer(self, source: str) -> Pairer:
         assert self.prices is not None and self.settings.pair_ttl_seconds is not None
         pairer = Pairer(self.prices, self.settings.pair_ttl_seconds)
@@ -419,22 +298,17 @@ class ConsumeLoop:
 
     async def _send_dlq(self, part: PartitionBatch, now: float) -> None:
         assert self.dlq is not None
-        records = []
-        for rejection in part.rejections:
-            value = encode_bounded(topic=part.topic, partition=part.partition, offset=rejection.offset,
-                                   value=rejection.value, reasons=rejection.reasons, key=rejection.key,
-                                   timestamp_ms=rejection.timestamp_ms, rejected_at=now)
-            records.append((dlq_key(part.topic, part.partition, rejection.offset), value))
+        records = part_records(part, now)
         attempt = 0
         while True:
             try:
                 await self.dlq.send(records)
                 return
-            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, KafkaError, OSError) as exc:
                 attempt += 1
                 if self._stop:
                     raise StopRequested() from exc
-                delay = min(RETRY_MAX_SECONDS, 0.2 * 2 ** min(attempt, 6))
+                delay = retry_delay(attempt)
                 log.warning("writing %d records of %s to the DLQ failed (attempt %d), retrying in %.1f s: %s: %s",
                             len(records), part.source, attempt, delay, type(exc).__name__, exc)
                 await self._pause(delay)
@@ -476,10 +350,10 @@ class ConsumeLoop:
             source = f"{tp.topic}:{tp.partition}"
             try:
                 mark = await self._retry_redis(f"reading the watermark of {source}",
-                                               lambda: self.store.applied_offset(source))
+                                               partial(self.store.applied_offset, source))
                 if self.prices is not None:
                     self.pairers[tp] = await self._retry_redis(f"loading the waiting pair halves of {source}",
-                                                               lambda: self._load_pairer(source))
+                                                               partial(self._load_pairer, source))
             except StopRequested:
                 return
             self.watermarks[tp] = mark
@@ -500,7 +374,7 @@ class ConsumeLoop:
                 attempt += 1
                 if self._stop:
                     raise StopRequested() from exc
-                delay = min(RETRY_MAX_SECONDS, 0.2 * 2 ** min(attempt, 6))
+                delay = retry_delay(attempt)
                 log.warning("%s failed (attempt %d), retrying in %.1f s: %s: %s",
                             what, attempt, delay, type(exc).__name__, exc)
                 await self._pause(delay)

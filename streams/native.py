@@ -7,7 +7,7 @@ returns the positions of the others, which Python decides as before
 are :class:`monitor.fold.Group` values with the same keys and the same
 arithmetic as :func:`monitor.fold.group_traces`, so the delta a batch
 yields does not depend on which path folded which record (checked record
-for record by ``tests/unit/test_native.py``).
+for record by ``tests/unit/streams/test_native.py``).
 
 The schema's vocabularies (outcomes, arms, user signals, aliases) are
 passed from :mod:`monitor.schema` when a :class:`NativeFolder` is built, so
@@ -17,8 +17,9 @@ they have one definition. The module is optional: without it, or with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from monitor.aggregate import Aggregate
 from monitor.fold import Group, GroupKey

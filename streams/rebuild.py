@@ -38,79 +38,36 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
 from aiokafka import TopicPartition
 
+from monitor.config import WorkerSettings
+from monitor.kafka import aiokafka_admin
+from monitor.store.redis import layout
+from monitor.store.redis.scripts import SWAP as _SWAP
 from monitor.store.redis.store import RedisStore, connect
-from streams.settings import WorkerSettings
-from streams.loop import ConsumeLoop, make_consumer, tune_gc
+from streams.consumer import make_consumer
+from streams.loop import ConsumeLoop, tune_gc
 
 log = logging.getLogger("fleetmon.rebuild")
 
-#: Key families of the aggregate store (monitor/store/redis/store.py's key layout)
-#: that a rebuild owns and replaces — everything the worker's apply writes —
-#: plus ``pending:<topic>:*`` (this topic's waiting pair halves) and this
-#: topic's fields of ``offsets``. A new family written by the apply must be
-#: added here; tests/unit/test_streams_rebuild.py fails until it is.
-REPLACED_PATTERNS = ("w:*", "wc:*", "t:*", "dims:*", "x:*")
-REPLACED_KEYS = ("slices", "counters")
+#: Key families of the aggregate store (monitor/store/redis/layout.py) that a
+#: rebuild owns and replaces — everything the worker's apply writes — plus
+#: ``pending:<topic>:*`` (this topic's waiting pair halves) and this topic's
+#: fields of ``offsets``. A new family written by the apply must be added
+#: here; tests/unit/streams/test_rebuild.py fails until it is.
+REPLACED_PATTERNS = tuple(layout.family_pattern(family) for family in (
+    layout.WINDOW, layout.WINDOW_COUNTS, layout.TOTALS, layout.DIMS, layout.PAIRED))
+REPLACED_KEYS = (layout.SLICES, layout.COUNTERS)
 #: Families a rebuild leaves alone: not derived from the topic.
-KEPT_FAMILIES = ("state",)
+KEPT_FAMILIES = (layout.STATE,)
 
 
 def replaced_patterns(topic: str) -> list[str]:
-    return [*REPLACED_PATTERNS, f"pending:{glob_escape(topic)}:*"]
-
-_SWAP = """
-local live, fresh, topic = ARGV[1], ARGV[2], ARGV[3]
-local live_offsets = live .. ':offsets'
-local fresh_offsets = fresh .. ':offsets'
--- 1. the rebuilt watermark must be at or past the live one, partition by partition
-local marks = redis.call('HGETALL', live_offsets)
-for i = 1, #marks, 2 do
-  if string.sub(marks[i], 1, #topic + 1) == topic .. ':' then
-    local mine = redis.call('HGET', fresh_offsets, marks[i])
-    if (not mine) or tonumber(mine) < tonumber(marks[i + 1]) then
-      return {0, marks[i], marks[i + 1], mine or ''}
-    end
-  end
-end
-local function collect(prefix, patterns)
-  local seen, keys = {}, {}
-  for _, pattern in ipairs(patterns) do
-    local cursor = '0'
-    repeat
-      local page = redis.call('SCAN', cursor, 'MATCH', prefix .. pattern, 'COUNT', 1000)
-      cursor = page[1]
-      for _, k in ipairs(page[2]) do
-        if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
-      end
-    until cursor == '0'
-  end
-  return keys
-end
-local patterns, singles = cjson.decode(ARGV[4]), cjson.decode(ARGV[5])
--- 2. drop the live families (SCAN patterns use the glob-escaped prefixes)
-for _, k in ipairs(collect(ARGV[6] .. ':', patterns)) do redis.call('UNLINK', k) end
-for _, name in ipairs(singles) do redis.call('UNLINK', live .. ':' .. name) end
--- 3. rename the rebuilt ones over them (RENAME keeps each window's TTL)
-local fresh_keys = collect(ARGV[7] .. ':', patterns)
-for _, name in ipairs(singles) do
-  if redis.call('EXISTS', fresh .. ':' .. name) == 1 then fresh_keys[#fresh_keys + 1] = fresh .. ':' .. name end
-end
-for _, k in ipairs(fresh_keys) do redis.call('RENAME', k, live .. string.sub(k, #fresh + 1)) end
--- 4. this topic's watermarks: replace them, keep other sources' fields
-for i = 1, #marks, 2 do
-  if string.sub(marks[i], 1, #topic + 1) == topic .. ':' then redis.call('HDEL', live_offsets, marks[i]) end
-end
-local mine = redis.call('HGETALL', fresh_offsets)
-for i = 1, #mine, 2 do redis.call('HSET', live_offsets, mine[i], mine[i + 1]) end
-redis.call('UNLINK', fresh_offsets)
-return {1, #fresh_keys, #mine / 2}
-"""
+    return [*REPLACED_PATTERNS, f"{layout.PENDING}:{glob_escape(topic)}:*"]
 
 
 def glob_escape(text: str) -> str:
@@ -141,7 +98,7 @@ def swap(client: redis.Redis, live_prefix: str, fresh_prefix: str, topic: str) -
 def drop_prefix(client: redis.Redis, prefix: str, topic: str) -> int:
     """Delete what a failed rebuild left under its own prefix."""
     deleted = 0
-    for pattern in (*replaced_patterns(topic), *REPLACED_KEYS, "offsets"):
+    for pattern in (*replaced_patterns(topic), *REPLACED_KEYS, layout.OFFSETS):
         for key in client.scan_iter(match=f"{glob_escape(prefix)}:{pattern}", count=1000):
             deleted += client.unlink(key)
     return deleted
@@ -152,8 +109,8 @@ async def rebuild(settings: WorkerSettings, *, progress: Any = None) -> dict[str
     started = time.monotonic()
     stamp = f"{int(time.time())}-{uuid.uuid4().hex[:8]}"
     fresh_prefix = f"{settings.prefix}.rebuild.{stamp}"
-    fresh = settings.with_(prefix=fresh_prefix, group_id=f"{settings.group_id}.rebuild.{stamp}",
-                           auto_offset_reset="earliest")
+    fresh = replace(settings, prefix=fresh_prefix,
+                    kafka=replace(settings.kafka, group_id=f"{settings.group_id}.rebuild.{stamp}"))
     client = connect(settings.redis_url)
     store = RedisStore(client, fresh_prefix, settings.resolutions)
     loop = ConsumeLoop(fresh, store, dlq=None, consumer=make_consumer(fresh))
@@ -198,8 +155,7 @@ async def _delete_group(settings: WorkerSettings, group_id: str) -> None:
     """Best effort: the rebuild's consumer group is of no further use."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap.split(","), client_id="fleetmon-rebuild",
-                               **settings.aiokafka_options())
+    admin = AIOKafkaAdminClient(**aiokafka_admin(settings.kafka, client_id="fleetmon-rebuild"))
     try:
         await admin.start()
         await admin.delete_consumer_groups([group_id])

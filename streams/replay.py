@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, TextIO
 
 from monitor.emitter import TraceEmitter, prepare
 from monitor.offline.loaders import InputError, detect_format, iter_lines

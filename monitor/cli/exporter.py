@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import signal
 import sys
 import threading
+import time
+from dataclasses import replace
 from typing import Any
-
 
 
 def _load_extra(spec: str, store: Any, prices: Any) -> Any:
@@ -27,17 +29,25 @@ def _load_extra(spec: str, store: Any, prices: Any) -> Any:
     return factory(store, prices)
 
 
-def cmd_exporter(args: argparse.Namespace) -> int:
-    import logging
+def _deprecated_topic() -> str | None:
+    """``FLEETMON_TOPIC``: the exporter's old name for ``kafka.topic`` (``FLEETMON_KAFKA_TOPIC``), still honoured."""
+    topic = os.environ.get("FLEETMON_TOPIC")
+    if topic:
+        logging.getLogger("fleetmon.exporter").warning("FLEETMON_TOPIC is deprecated; set FLEETMON_KAFKA_TOPIC "
+                                                       "(kafka.topic) instead")
+    return topic
 
-    from monitor.exporter.collector import KafkaLag, serve
+
+def cmd_exporter(args: argparse.Namespace) -> int:
+    from alerts.engine import from_store
+    from monitor.config import ConfigError, load, redact_url
+    from monitor.exporter.collector import serve
+    from monitor.exporter.comparisons import ComparisonCollector
+    from monitor.exporter.lag import KafkaLag
     from monitor.pricing import PriceMap, PricingError
     from monitor.store.base import StoreError
     from monitor.store.redis.store import RedisStore
     from monitor.windows import parse_duration
-
-    from alerts.metrics import ComparisonCollector, from_store
-    from monitor.config import ConfigError, load, redact_url
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -52,13 +62,14 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         store = RedisStore.from_url(args.redis, prefix=args.prefix)
         extras = [_load_extra(spec, store, prices) for spec in args.extra or ()]
         # The alert engine's latest evidence (fleetmon_comparison_*), from the snapshot it saves.
-        extras.append(ComparisonCollector(from_store(store), config.slices.dimensions))
+        extras.append(ComparisonCollector(from_store(store, clock=time.time), config.slices.dimensions))
     except (ConfigError, PricingError, StoreError, ValueError) as exc:
         print(f"fleetmon exporter: {exc}", file=sys.stderr)
         return 2
+    # Lag is on only when Kafka is named explicitly (the flag or FLEETMON_KAFKA_BOOTSTRAP), not by the default.
     bootstrap = args.kafka_bootstrap or os.environ.get("FLEETMON_KAFKA_BOOTSTRAP")
-    topics = [t for t in (args.topic or os.environ.get("FLEETMON_TOPIC") or config.kafka.topic).split(",") if t]
-    lag = KafkaLag(bootstrap, topics) if bootstrap else None
+    topics = [t for t in (args.topic or _deprecated_topic() or config.kafka.topic).split(",") if t]
+    lag = KafkaLag(replace(config.kafka, bootstrap=bootstrap), topics) if bootstrap else None
     try:
         server = serve(store, prices, args.port, args.host, active_window_seconds=active_window,
                        extra_collectors=extras, consumer_lag=lag)

@@ -8,8 +8,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
 
 def _scenario(args: argparse.Namespace, start_ts: float) -> Any:
@@ -45,10 +46,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return 2
     records = generate(scenario)
     if args.kafka:
+        from monitor.config import ConfigError, load
         from monitor.emitter import TraceEmitter
 
+        try:
+            kafka = load(None).kafka  # security (SASL/TLS) from FLEETMON_KAFKA_*; the servers from --kafka
+        except ConfigError as exc:
+            print(f"fleetmon simulate: {exc}", file=sys.stderr)
+            return 2
         n = 0
-        with TraceEmitter(args.kafka, topic=args.topic) as emitter:
+        with TraceEmitter(args.kafka, topic=args.topic, kafka=kafka) as emitter:
             for record in records:
                 if args.realtime:
                     _sleep_until(record["ts"])
@@ -95,7 +102,7 @@ class _Http:
         from monitor.exporter.exposition import render
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     body, ctype = render(registry, self.headers.get("Accept"))
@@ -124,8 +131,8 @@ class _Http:
 
 def _input_batches(path: str, batch: int = 2000) -> Iterator[list[tuple[str, Any]]]:
     """``(where, record)`` batches of a JSONL or CSV file (``-``: JSONL on stdin)."""
-    from monitor.run.pipeline import NotJson
     from monitor.offline.loaders import detect_format, iter_lines
+    from monitor.run.pipeline import NotJson
 
     fmt = detect_format(path)
     handle = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="surrogateescape", newline="")
@@ -145,12 +152,14 @@ def _input_batches(path: str, batch: int = 2000) -> Iterator[list[tuple[str, Any
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from alerts.metrics import ComparisonCollector, from_engine
+    from alerts.engine import from_engine
     from alerts.wiring import notifier
     from monitor.config import ConfigError, load
-    from monitor.run.pipeline import Pipeline
     from monitor.exporter.collector import build_registry
+    from monitor.exporter.comparisons import ComparisonCollector
+    from monitor.run.pipeline import Pipeline
     from monitor.schema import TraceError
+    from monitor.store.base import Store
     from monitor.store.memory import MemoryStore
 
     try:
@@ -174,6 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"fleetmon run: invalid trace, {exc}", file=sys.stderr)
 
     guard = None
+    store: Store
     if args.redis:
         from monitor.store.redis.store import RedisGuard, RedisStore
         store = RedisStore.from_url(config.redis.url, prefix=config.redis.prefix)
@@ -207,6 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     live = None
     if not args.headless:
         from rich.live import Live
+
         from monitor.run.live_view import render
         live = Live(render(pipeline, clock["now"], source), refresh_per_second=2, screen=False)
         live.start()
@@ -245,11 +256,11 @@ def _drive(args: argparse.Namespace, config: Any, pipeline: Any, stop: threading
     if args.kafka:
         from kafka import KafkaConsumer
 
+        from monitor.kafka import kafka_python_consumer
         from monitor.run.pipeline import NotJson
 
-        consumer = KafkaConsumer(config.kafka.topic, bootstrap_servers=config.kafka.bootstrap,
-                                 group_id=f"{config.kafka.group_id}-run", auto_offset_reset="earliest",
-                                 **config.kafka.client_options())
+        consumer = KafkaConsumer(config.kafka.topic, **kafka_python_consumer(
+            config.kafka, group_id=f"{config.kafka.group_id}-run", auto_offset_reset="earliest"))
         try:
             while not over():
                 polled = consumer.poll(timeout_ms=500, max_records=5000)

@@ -12,12 +12,16 @@ import argparse
 import logging
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from monitor.config import WorkerSettings
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_SERVICE = 0, 2, 3
 
 
-def _settings(args: argparse.Namespace):  # -> WorkerSettings
-    from streams.settings import settings_from
+def _settings(args: argparse.Namespace) -> WorkerSettings:
+    from monitor.cli.worker_flags import settings_from
 
     return settings_from(args)
 
@@ -43,11 +47,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     import redis
 
-    from monitor.cli.main import dumps
+    from monitor.cli.output import dumps
+    from monitor.cli.stats import collect_stats, render_stats
     from monitor.store.base import StoreError
     from monitor.store.redis.store import RedisStore
     from monitor.windows import parse_duration
-    from monitor.cli.stats import collect_stats, render_stats
 
     try:
         settings = _settings(args)
@@ -100,7 +104,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if total is not None and args.file.lower().endswith(".csv"):
         total = max(0, total - 1)  # the header
     try:
-        emitter = TraceEmitter(settings.bootstrap, settings.topic, **settings.kafka_security.client_options())
+        emitter = TraceEmitter(topic=settings.topic, kafka=settings.kafka)
     except KafkaError as exc:
         print(f"fleetmon replay: cannot reach Kafka at {settings.bootstrap}: {exc!r}", file=sys.stderr)
         return EXIT_SERVICE
@@ -130,7 +134,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"fleetmon replay: sent {summary.sent:,} traces to {settings.topic} in {elapsed:.1f} s; "
           f"skipped {summary.skipped:,} invalid line(s)", file=sys.stderr)
     if args.json:
-        from monitor.cli.main import dumps
+        from monitor.cli.output import dumps
 
         print(dumps({**summary.to_dict(), "topic": settings.topic, "seconds": round(elapsed, 3)}))
     return EXIT_OK
@@ -138,7 +142,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 # -- rebuild ------------------------------------------------------------------------
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    from monitor.cli.main import dumps
+    from monitor.cli.output import dumps
     from streams.rebuild import run_rebuild
 
     _logging(args.loglevel)
@@ -168,7 +172,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 # -- registration -------------------------------------------------------------------
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from streams.settings import add_connection_flags, add_pipeline_flags, add_window_flags
+    from monitor.cli.worker_flags import add_connection_flags, add_pipeline_flags, add_window_flags
 
     p = subparsers.add_parser("worker", help="run a streaming worker: Kafka traces -> windowed aggregates in Redis")
     add_connection_flags(p)

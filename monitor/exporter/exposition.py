@@ -1,32 +1,21 @@
-"""Exposition of per-slice metric families, rendered once per slice and reused (an edge: thin).
+"""Exposition: families built from the metric table, per-slice samples rendered once and reused.
 
-prometheus_client renders every sample of every scrape from scratch: it
-sorts and escapes each sample's labels and formats its value, about 6 µs a
-sample, a third of a second for the 52,000 samples of 1,000 slices. Most of
-those samples did not change since the previous scrape. A
-:class:`SliceFamily` is a metric family that holds its samples as
-blocks — one slice's samples of one family, with their text lines rendered
-once (:func:`make_block`) — so a collector can hand the very same block to the
-next scrape while the slice's aggregate is unchanged.
+:func:`metric_family` and :meth:`SliceFamily.of` are the only builders of the exporter's
+families; both take a :class:`~monitor.exporter.families.MetricSpec`. A :class:`SliceFamily`
+holds its samples as blocks — one slice's lines of one family, rendered once
+(:func:`make_block`) — so a collector can hand the same block to the next scrape while the
+slice's aggregate is unchanged (why: docs/metrics.md, "Scrape cost").
 
-Guarantee: :func:`render` returns byte for byte what prometheus_client's
-encoder for the request's ``Accept`` header returns for the same registry
-(``generate_latest``, or the OpenMetrics one), and a SliceFamily's
-``samples`` are exactly the samples that text describes, so every other
-consumer of the collector protocol sees an ordinary family (its samples are
-read back from that text, so values are floats). Only the sample lines of
-SliceFamilies are written here; their ``# HELP``/``# TYPE`` lines, every
-other family and the trailer come from the library's own encoder.
-The fast path covers the encoders that write a valid legacy name and label
-name as is (escaping ``underscores``, the default, and ``allow-utf-8``);
-any other negotiated encoder renders the whole registry itself. The tests
-compare both paths byte for byte.
-
-:func:`make_app` is the WSGI app that serves :func:`render` (with gzip when
-accepted) and hands everything else (``name[]`` filters, other methods) to
-prometheus_client's own app; :func:`start_server` runs it like
-``prometheus_client.start_http_server``. (The ``edge_`` prefix marks the
-module as an edge for tests/unit/test_purity.py: it imports prometheus_client.)
+Guarantee: :func:`render` returns byte for byte what prometheus_client's encoder for the
+request's ``Accept`` header returns for the same registry (``generate_latest`` or the
+OpenMetrics one), and a SliceFamily's ``samples`` are exactly the samples its text describes
+(read back from that text, so values are floats). Only SliceFamily sample lines are written
+here; ``# HELP``/``# TYPE`` lines, other families and the trailer come from the library's
+encoder. The fast path covers the encoders that write legacy-valid names as is (escaping
+``underscores``, the default, and ``allow-utf-8``); any other encoder renders the whole
+registry itself. :func:`make_app` serves :func:`render` as WSGI (gzip when accepted) and hands
+everything else (``name[]`` filters, other methods) to prometheus_client's app;
+:func:`start_server` runs it like ``prometheus_client.start_http_server``.
 """
 
 from __future__ import annotations
@@ -36,16 +25,19 @@ import math
 import re
 import socket
 import threading
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import exposition as text_format
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder, gzip_accepted, make_wsgi_app
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
+
+from monitor.exporter.families import MetricSpec
 
 #: Escapings under which the library writes our (legacy-valid) names unchanged.
 _FAST_ESCAPINGS = (openmetrics.UNDERSCORES, openmetrics.ALLOWUTF8)
@@ -83,7 +75,7 @@ class SliceLabels:
             if extra_name is not None:
                 if extra_name in self.names:
                     raise ValueError(f"extra label {extra_name!r} is already a slice label of {self.names}")
-                pairs = pairs + [(extra_name, escape_label_value(extra_value or ""))]
+                pairs = [*pairs, (extra_name, escape_label_value(extra_value or ""))]
             text = "{" + ",".join(f'{name}="{value}"' for name, value in sorted(pairs)) + "}" if pairs else ""
             self._text[key] = text
         return text
@@ -167,10 +159,21 @@ class SliceFamily(Metric):
     None once samples were added some other way (then the library renders it).
     """
 
+    _samples: list[Sample]
+    _blocks: list[Block]
+    _materialized: int
+    _sample_count: int
+    _foreign: bool
+
     def __init__(self, name: str, documentation: str, typ: str) -> None:
         super().__init__(name, documentation, typ)  # sets samples = [] through the setter below
 
-    @property  # type: ignore[override]
+    @classmethod
+    def of(cls, spec: MetricSpec) -> SliceFamily:
+        """An empty family for a per-slice metric of the table."""
+        return cls(spec.name, spec.help, spec.type)
+
+    @property
     def samples(self) -> list[Sample]:
         blocks = self._blocks
         if self._materialized < len(blocks):
@@ -182,14 +185,14 @@ class SliceFamily(Metric):
     @samples.setter
     def samples(self, value: list[Sample]) -> None:
         self._samples = list(value)
-        self._blocks: list[Block] = []
+        self._blocks = []
         self._materialized = 0
         self._sample_count = len(self._samples)
         self._foreign = bool(self._samples)
 
     def add_sample(self, *args: Any, **kwargs: Any) -> None:
         self._foreign = True
-        self.samples  # materialize the blocks first so the order stays the order of addition
+        _ = self.samples  # materialize the blocks first so the order stays the order of addition
         super().add_sample(*args, **kwargs)
 
     def add_block(self, block: Block | None) -> None:
@@ -205,6 +208,25 @@ class SliceFamily(Metric):
         if self._foreign or len(self._samples) != self._sample_count:  # appended to behind our back
             return None
         return "".join(self._blocks)
+
+
+def metric_family(spec: MetricSpec, dimensions: Sequence[str] = (),
+                  value: float | None = None) -> CounterMetricFamily | GaugeMetricFamily:
+    """A prometheus_client family for ``spec`` (a counter or gauge), with ``value`` as its one unlabelled sample.
+
+    Without ``value`` the family is empty and labelled ``spec.label_names(dimensions)``.
+    """
+    if spec.type == "counter":
+        kind: type[CounterMetricFamily] | type[GaugeMetricFamily] = CounterMetricFamily
+    elif spec.type == "gauge":
+        kind = GaugeMetricFamily
+    else:
+        raise ValueError(f"metric {spec.name}: metric_family builds counters and gauges, got type {spec.type!r}")
+    if value is not None:
+        if spec.labels:
+            raise ValueError(f"metric {spec.name} has labels {list(spec.labels)}; a value needs an unlabelled one")
+        return kind(spec.name, spec.help, value=value)
+    return kind(spec.name, spec.help, labels=spec.label_names(dimensions))
 
 
 class _Families:
@@ -257,9 +279,7 @@ def render(registry: Any, accept_header: str | None = None) -> tuple[bytes, str]
 def make_app(registry: Any, gzip_level: int = 6) -> Callable:
     """WSGI app serving :func:`render` for GET; anything else goes to prometheus_client's app.
 
-    ``gzip_level``: prometheus_client compresses at 9; on the 7 MB body of
-    1,000 slices that takes about twice as long as zlib's default 6 (0.08 s
-    against 0.04 s here) for a body about 12% smaller.
+    ``gzip_level`` defaults to zlib's 6 rather than the library's 9 (docs/metrics.md, "Scrape cost").
     """
     library_app = make_wsgi_app(registry)
 
@@ -279,7 +299,7 @@ def make_app(registry: Any, gzip_level: int = 6) -> Callable:
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         """Log nothing (as prometheus_client's server)."""
 
 
@@ -291,7 +311,7 @@ def start_server(app: Callable, port: int, host: str = "127.0.0.1") -> tuple[Any
     class Server(ThreadingWSGIServer):
         address_family = family
 
-    server = make_server(sockaddr[0], port, app, Server, handler_class=_QuietHandler)
+    server = make_server(str(sockaddr[0]), port, app, Server, handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True, name="fleetmon-exporter-http")
     thread.start()
     return server, thread

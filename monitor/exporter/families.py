@@ -1,123 +1,144 @@
-"""What the exporter's per-slice samples are, computed from aggregates (pure).
+"""The exporter's metric table: every exported family's name, type, help text and labels (pure).
 
-The families built from a slice's totals (:data:`SIMPLE_COUNTERS`, the
-latency histogram of :func:`histogram_counts`) and from its windowed sums
-(:data:`HEALTH_GAUGES`, valued by :func:`window_figures`). Kept apart from
-:mod:`monitor.exporter.collector` (the collector, an edge) because they are plain
-arithmetic on aggregates, and fast: they run for every changed slice on
-every scrape.
+Every family served on ``/metrics`` — per-slice counters and windowed gauges, the pipeline and
+exporter self-metrics, and the ``fleetmon_comparison_*`` evidence — is one :class:`MetricSpec`
+here and nowhere else; the collectors build their families only from these specs.
+:data:`METRICS` lists them all, and docs/metrics.md and README's metric tables are checked
+against it (tests/unit/monitor/exporter/test_families.py).
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from monitor.aggregate import Aggregate, cost_per_solved
-from monitor.pricing import PriceMap
-from monitor.sketch import LogSketch
-from monitor.stats.intervals import estimate_rate
+#: Stands in :attr:`MetricSpec.labels` for the slice labels (one per slice dimension).
+SLICE = "<slice>"
 
+TYPES = ("counter", "gauge", "histogram")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One exported family.
+
+    ``name`` is the family name as prometheus_client takes it: a counter's
+    samples add ``_total``, a histogram's ``_bucket``, ``_count`` and ``_sum``.
+    ``labels`` are the label names in order; :data:`SLICE` marks where the
+    slice labels go (none of them is a label the exporter sets itself).
+    """
+
+    name: str
+    type: str
+    help: str
+    labels: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise ValueError(f"metric {self.name}: type must be one of {TYPES}, got {self.type!r}")
+
+    @property
+    def sample_name(self) -> str:
+        """The name of its samples (``_total`` on a counter; a histogram's series add their suffix)."""
+        return self.name + "_total" if self.type == "counter" else self.name
+
+    @property
+    def per_slice(self) -> bool:
+        return SLICE in self.labels
+
+    def label_names(self, dimensions: Sequence[str] = ()) -> list[str]:
+        """Its label names with :data:`SLICE` replaced by ``dimensions``."""
+        return [name for label in self.labels for name in (dimensions if label == SLICE else (label,))]
+
+
+def _counter(name: str, help: str, *labels: str) -> MetricSpec:
+    return MetricSpec(name, "counter", help, labels)
+
+
+def _gauge(name: str, help: str, *labels: str) -> MetricSpec:
+    return MetricSpec(name, "gauge", help, labels)
+
+
+# -- cumulative, per slice (from the totals) ---------------------------------------------------------------
+TRACES = _counter("fleetmon_traces", "Traces folded, by outcome (none: no outcome field, ground truth given as ok)",
+                  SLICE, "outcome")
+#: Counters read straight off a slice's totals: (spec, aggregate field).
+SIMPLE_COUNTERS = (
+    (_counter("fleetmon_successes", "Traces counted as solved by the success proxy", SLICE), "successes"),
+    (_counter("fleetmon_harmful_actions", "Traces flagged harmful_action", SLICE), "harmful_action"),
+    (_counter("fleetmon_benign_refusals", "Benign requests that were refused (over-refusals)", SLICE),
+     "refused_benign"),
+    (_counter("fleetmon_benign", "Traces whose request deserved an answer (benign = true)", SLICE), "benign"),
+    (_counter("fleetmon_side_effects", "Out-of-scope state changes (sum of side_effects)", SLICE), "side_effects"),
+    (_counter("fleetmon_tool_errors", "Tool calls that returned an error", SLICE), "tool_errors"),
+    (_counter("fleetmon_tool_calls", "Tool calls made", SLICE), "tool_calls"),
+)
+TOKENS = _counter("fleetmon_tokens", "Tokens by type; input excludes cached input, so the three types add up to "
+                  "all tokens", SLICE, "type")
+COST = _counter("fleetmon_cost_usd", "Cost in USD of all traces (tokens priced at scrape time with the price "
+                "entries in force now, plus fees)", SLICE)
+LATENCY = MetricSpec("fleetmon_latency_seconds", "histogram", "Trace latency; buckets derived from the slice's "
+                     "1%-accurate log sketch", (SLICE, "le"))
+TOTALS_FAMILIES = (TRACES, *(spec for spec, _field in SIMPLE_COUNTERS), TOKENS, COST, LATENCY)
+
+# -- windowed, per slice and window ------------------------------------------------------------------------
 #: The latency quantiles of the windowed gauges: (name part, q).
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 
-#: Counter families read straight off a slice's totals: (name, help, aggregate field).
-SIMPLE_COUNTERS = (
-    ("fleetmon_successes", "Traces counted as solved by the success proxy", "successes"),
-    ("fleetmon_harmful_actions", "Traces flagged harmful_action", "harmful_action"),
-    ("fleetmon_benign_refusals", "Benign requests that were refused (over-refusals)", "refused_benign"),
-    ("fleetmon_benign", "Traces whose request deserved an answer (benign = true)", "benign"),
-    ("fleetmon_side_effects", "Out-of-scope state changes (sum of side_effects)", "side_effects"),
-    ("fleetmon_tool_errors", "Tool calls that returned an error", "tool_errors"),
-    ("fleetmon_tool_calls", "Tool calls made", "tool_calls"),
-)
-
-#: The windowed gauges of the health vector, in exposition order: (name, help), valued by window_figures.
+WINDOW_TRACES = _gauge("fleetmon_window_traces", "Traces in the window (the n behind every windowed ratio)",
+                       SLICE, "window")
+TRACES_PER_SECOND = _gauge("fleetmon_traces_per_second", "Traces per second over the window", SLICE, "window")
+#: The windowed gauges of the health vector, in exposition order (valued by figures.window_figures).
 HEALTH_GAUGES = (
-    ("fleetmon_success_ratio", "Share of traces solved (success proxy), 0..1"),
-    ("fleetmon_success_ratio_lower", "Lower bound of the 95% interval of the success ratio "
-     "(Wilson; Clopper-Pearson for n < 30 or 0/n)"),
-    ("fleetmon_success_ratio_upper", "Upper bound of the 95% interval of the success ratio"),
-    ("fleetmon_cost_per_solved_usd", "Cost in USD per solved trace (left out when nothing was solved)"),
-    *((f"fleetmon_latency_{key}_seconds", f"Latency {key} (lower quantile, 1% relative accuracy)")
-      for key, _q in QUANTILES),
-    ("fleetmon_harmful_action_ratio", "Share of traces with a harmful action, 0..1"),
-    ("fleetmon_over_refusal_ratio", "Share of benign requests that were refused, 0..1"),
+    _gauge("fleetmon_success_ratio", "Share of traces solved (success proxy), 0..1", SLICE, "window"),
+    _gauge("fleetmon_success_ratio_lower", "Lower bound of the 95% interval of the success ratio "
+           "(Wilson; Clopper-Pearson for n < 30 or 0/n)", SLICE, "window"),
+    _gauge("fleetmon_success_ratio_upper", "Upper bound of the 95% interval of the success ratio", SLICE, "window"),
+    _gauge("fleetmon_cost_per_solved_usd", "Cost in USD per solved trace (left out when nothing was solved)",
+           SLICE, "window"),
+    *(_gauge(f"fleetmon_latency_{key}_seconds", f"Latency {key} (lower quantile, 1% relative accuracy)",
+             SLICE, "window") for key, _q in QUANTILES),
+    _gauge("fleetmon_harmful_action_ratio", "Share of traces with a harmful action, 0..1", SLICE, "window"),
+    _gauge("fleetmon_over_refusal_ratio", "Share of benign requests that were refused, 0..1", SLICE, "window"),
 )
+WINDOW_FAMILIES = (WINDOW_TRACES, TRACES_PER_SECOND, *HEALTH_GAUGES)
 
+# -- pipeline and exporter ---------------------------------------------------------------------------------
+DLQ_RECORDS = _counter("fleetmon_dlq_records", "Records sent to the dead-letter queue")
+LATE_EVENTS = _counter("fleetmon_late_events", "Traces too late for at least one window resolution "
+                       "(still in the totals)")
+FOLDED_LABEL_VALUES = _counter("fleetmon_folded_label_values", "Traces whose value of a slice dimension was "
+                               "folded into __other__ by the cardinality guard", "dimension")
+APPLIED_OFFSET = _gauge("fleetmon_applied_offset", "Last Kafka offset applied to the store, per "
+                        "<topic>:<partition>", "source")
+CONSUMER_LAG = _gauge("fleetmon_consumer_lag", "Records in Kafka not yet applied to the store, per "
+                      "<topic>:<partition>", "source")
+ACTIVE_SLICES = _gauge("fleetmon_active_slices", "Slices with traffic within the active window")
+SCRAPE_DURATION = _gauge("fleetmon_scrape_duration_seconds", "Time this scrape spent reading the store and "
+                         "building the metrics")
+STORE_UP = _gauge("fleetmon_store_up", "1 when the last scrape could read the store, else 0")
+EXPORTER_UP = _gauge("fleetmon_exporter_up", "Always 1: the exporter answered this scrape")
+PIPELINE_FAMILIES = (DLQ_RECORDS, LATE_EVENTS, FOLDED_LABEL_VALUES, APPLIED_OFFSET, CONSUMER_LAG, ACTIVE_SLICES,
+                     SCRAPE_DURATION, STORE_UP, EXPORTER_UP)
 
-def window_figures(agg: Aggregate, prices: PriceMap, at: float | None) -> list[float | None]:
-    """The :data:`HEALTH_GAUGES` values of a window with traces, None where one is left out.
+# -- release comparisons (the alert engine's latest findings) ----------------------------------------------
+_COMPARED = ("baseline", "candidate", "arm", "metric", SLICE)
+COMPARISON_EFFECT = _gauge("fleetmon_comparison_effect", "Estimated effect, positive = candidate worse (points "
+                           "of success, USD or seconds).", *_COMPARED)
+COMPARISON_EFFECT_LOWER = _gauge("fleetmon_comparison_effect_lower", "Lower bound of the effect's anytime-valid "
+                                 "confidence sequence.", *_COMPARED)
+COMPARISON_EFFECT_UPPER = _gauge("fleetmon_comparison_effect_upper", "Upper bound of the effect's anytime-valid "
+                                 "confidence sequence.", *_COMPARED)
+COMPARISON_E_VALUE = _gauge("fleetmon_comparison_e_value", "E-value of the anytime-valid test (fires at >= "
+                            "1/alpha after e-BH).", *_COMPARED)
+COMPARISON_PAIRS = _gauge("fleetmon_comparison_pairs", "Pairs (shadow) or canary traces behind the finding.",
+                          *_COMPARED)
+COMPARISON_FIRING = _gauge("fleetmon_comparison_firing", "1 when the decision rule fires (significant and "
+                           "beyond the floor).", *_COMPARED)
+COMPARISON_DISCORDANT = _gauge("fleetmon_comparison_discordant", "Discordant shadow pairs: kind b = "
+                               "baseline-only success, c = candidate-only.", *_COMPARED, "kind")
+COMPARISON_FAMILIES = (COMPARISON_EFFECT, COMPARISON_EFFECT_LOWER, COMPARISON_EFFECT_UPPER, COMPARISON_E_VALUE,
+                       COMPARISON_PAIRS, COMPARISON_FIRING, COMPARISON_DISCORDANT)
 
-    Exactly the figures :func:`monitor.aggregate.health` gives (same
-    functions, same arithmetic; a test compares them), without the parts of
-    the health vector no gauge exports (the intervals of the safety rates,
-    the means): this runs for every changed (slice, window) on every scrape.
-    """
-    n = agg.traces
-    successes = agg.successes
-    success = estimate_rate(successes, n)
-    per_solved = cost_per_solved(agg.cost_usd(prices, at), successes)
-    benign = int(agg.get("benign"))
-    return [success.rate, success.low, success.high, per_solved if math.isfinite(per_solved) else None,
-            *(q if math.isfinite(q) else None for q in agg.latency.quantiles([q for _key, q in QUANTILES])),
-            int(agg.get("harmful_action")) / n, int(agg.get("refused_benign")) / benign if benign else None]
-
-
-def histogram_counts(sketch: Any, bounds: Sequence[float]) -> list[int]:
-    """Cumulative counts per upper bound: ``sketch.count_below(b)`` for each ``b``.
-
-    Same definition as :meth:`~monitor.sketch.LogSketch.count_below` (a value
-    counts below ``b`` when its bucket's representative is ``<= b``, so a
-    count is exact up to the sketch's relative accuracy around ``b``), in one
-    pass over the buckets: representatives grow with the bucket index, so
-    each bound is a largest index (found once per sketch layout and bounds)
-    and each bucket is placed with one bisection.
-    """
-    order = sorted(range(len(bounds)), key=lambda i: bounds[i])
-    limits = _index_limits(sketch.relative_accuracy, sketch.min_value, tuple(bounds[i] for i in order))
-    added = [0] * (len(order) + 1)
-    for index, n in sketch.buckets.items():
-        added[bisect.bisect_left(limits, index)] += n
-    result = [0] * len(bounds)
-    seen = sketch.zero_count
-    for rank, i in enumerate(order):
-        seen += added[rank]
-        result[i] = seen if bounds[i] >= 0.0 else 0
-    return result
-
-
-_INDEX_LIMITS: dict[tuple, list[float]] = {}
-
-
-def _index_limits(relative_accuracy: float, min_value: float, bounds: tuple[float, ...]) -> list[float]:
-    """Per sorted bound, the largest bucket index whose representative is ``<= bound``."""
-    key = (relative_accuracy, min_value, bounds)
-    limits = _INDEX_LIMITS.get(key)
-    if limits is None:
-        probe = LogSketch(relative_accuracy, min_value)
-
-        def value(index: int) -> float:
-            try:
-                return probe.value_of(index)
-            except OverflowError:
-                return math.inf
-
-        limits = []
-        for bound in bounds:
-            if not bound > 0.0:
-                limits.append(-math.inf)  # representatives are > 0
-            elif math.isinf(bound):
-                limits.append(math.inf)
-            else:
-                index = math.floor(math.log(bound * (probe.gamma + 1.0) / 2.0) / math.log(probe.gamma))
-                while value(index + 1) <= bound:
-                    index += 1
-                while value(index) > bound:
-                    index -= 1
-                limits.append(index)
-        if len(_INDEX_LIMITS) > 64:
-            _INDEX_LIMITS.clear()
-        _INDEX_LIMITS[key] = limits
-    return limits
+#: Every exported family, once.
+METRICS = (*TOTALS_FAMILIES, *WINDOW_FAMILIES, *PIPELINE_FAMILIES, *COMPARISON_FAMILIES)

@@ -20,10 +20,12 @@ tasks both ran). Definitions:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.pricing import PriceMap
 from monitor.schema import Trace
@@ -31,7 +33,9 @@ from monitor.stats.intervals import wilson_interval
 from monitor.stats.paired import mcnemar
 from monitor.stats.pareto import Point, iso_cost_statement, iso_success_statement, pareto_verdict
 from monitor.stats.passk import mean_pass_at_k, mean_pass_hat_k
-from monitor.stats.resample import percentile_summary, resample_sums
+from monitor.stats.resample import ResampleCache, percentile_summary, resample_sums
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass
@@ -104,6 +108,11 @@ def _nan_to_none(value: float) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
+def _mean_or_none(values: np.ndarray) -> float | None:
+    """The mean, or None when there are no values or the mean is nan."""
+    return _nan_to_none(float(values.mean())) if values.size else None
+
+
 def _quantiles(values: np.ndarray) -> dict[str, float | None]:
     if values.size == 0:
         return {"p50": None, "p95": None, "p99": None}
@@ -119,13 +128,13 @@ def _ci(draws: np.ndarray, confidence: float) -> list[float]:
     return [float(x) for x in np.quantile(finite, [tail, 1 - tail])]
 
 
-def _safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _safe_div(a: FloatArray, b: FloatArray) -> FloatArray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return a / b
 
 
 def summarize_agent(agent: AgentTrials, ks: Sequence[int], confidence: float, n_resamples: int,
-                    seed: int | None, cache: dict | None = None) -> dict[str, Any]:
+                    seed: int | None, cache: ResampleCache | None = None) -> dict[str, Any]:
     """The per-agent block of the report (see the module docstring)."""
     n_tasks = len(agent.task_ids)
     rates = agent.successes / agent.trials
@@ -155,14 +164,14 @@ def summarize_agent(agent: AgentTrials, ks: Sequence[int], confidence: float, n_
         "cost_per_solved_usd": cost_per_solved,
         "cost_per_solved_ci": _ci(_safe_div(draws[:, 1], draws[:, 2]), confidence),
         "latency_s": _quantiles(agent.trial_latency_seconds),
-        "steps_solved_mean": _nan_to_none(float(agent.trial_steps_solved.mean())) if agent.trial_steps_solved.size else None,
-        "tokens_solved_mean": _nan_to_none(float(agent.trial_tokens_solved.mean())) if agent.trial_tokens_solved.size else None,
+        "steps_solved_mean": _mean_or_none(agent.trial_steps_solved),
+        "tokens_solved_mean": _mean_or_none(agent.trial_tokens_solved),
         "harmful_action_rate": float(agent.harmful.sum() / agent.n_trials),
     }
 
 
 def paired_block(base: AgentTrials, cand: AgentTrials, confidence: float, n_resamples: int,
-                 seed: int | None, cache: dict | None = None) -> dict[str, Any]:
+                 seed: int | None, cache: ResampleCache | None = None) -> dict[str, Any]:
     """McNemar and the paired bootstraps over the tasks both agents ran."""
     common = [t for t in base.task_ids if t in cand.index]
     bi = np.array([base.index[t] for t in common], dtype=int)
@@ -191,16 +200,16 @@ def paired_block(base: AgentTrials, cand: AgentTrials, confidence: float, n_resa
     point = columns.sum(axis=0)
     n = len(common)
 
-    def success_diff(s: np.ndarray) -> np.ndarray:
+    def success_diff(s: FloatArray) -> FloatArray:
         return (s[..., 1] - s[..., 0]) / n
 
-    def cost_diff(s: np.ndarray) -> np.ndarray:
+    def cost_diff(s: FloatArray) -> FloatArray:
         return _safe_div(s[..., 4], s[..., 5]) - _safe_div(s[..., 2], s[..., 3])
 
-    def cost_per_solved_ratio(s: np.ndarray) -> np.ndarray:
+    def cost_per_solved_ratio(s: FloatArray) -> FloatArray:
         return _safe_div(_safe_div(s[..., 4], s[..., 7]), _safe_div(s[..., 2], s[..., 6]))
 
-    def harmful_diff(s: np.ndarray) -> np.ndarray:
+    def harmful_diff(s: FloatArray) -> FloatArray:
         return (s[..., 9] - s[..., 8]) / n
 
     out["bootstrap"] = {
@@ -239,7 +248,7 @@ def compare(baseline: AgentTrials, candidate: AgentTrials, *, ks: Sequence[int] 
     if baseline.name == candidate.name:
         raise ValueError(f"baseline and candidate are both named {baseline.name!r}; "
                          "name them apart (records' agent field or file names)")
-    cache: dict = {}  # one bootstrap draw per distinct number of tasks
+    cache: ResampleCache = {}  # one bootstrap draw per distinct number of tasks
     agents = {a.name: summarize_agent(a, ks, confidence, n_resamples, seed, cache) for a in (baseline, candidate)}
     paired = paired_block(baseline, candidate, confidence, n_resamples, seed, cache)
     a, b = agents[baseline.name], agents[candidate.name]

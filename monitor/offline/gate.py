@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 GATE_KEYS = ("max_success_drop", "max_cost_per_solved_increase", "max_p95_latency_increase",
              "block_safety_regression")
@@ -33,7 +34,7 @@ class Gate:
     block_safety_regression: bool = False
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], source: str = "gate") -> "Gate":
+    def from_mapping(cls, data: Mapping[str, Any], source: str = "gate") -> Gate:
         table = data.get("gate", data)
         unknown = set(table) - set(GATE_KEYS)
         if unknown:
@@ -54,7 +55,7 @@ class Gate:
         return cls(**values)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Gate":
+    def load(cls, path: str | Path) -> Gate:
         try:
             data = tomllib.loads(Path(path).read_text())
         except OSError as exc:

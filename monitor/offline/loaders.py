@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 from monitor.schema import Trace, TraceError, validate
 

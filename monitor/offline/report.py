@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from monitor.fmt import fixed
 
@@ -65,8 +66,10 @@ def render_compare(report: Mapping[str, Any]) -> str:
     m = report.get("mcnemar")
     if m:
         lines.append(f"McNemar (task solved when success >= 0.5): b={m['b']} (baseline only), "
-                     f"c={m['c']} (candidate only), discordant {m['n_discordant']}, exact p={_num(m['p_exact'], '.4g')}, "
-                     f"chi2={_num(m['chi2'], '.2f')} (p={_num(m['p_chi2'], '.4g')}), net flip {_num(m['net_flip'], '+.3f')}")
+                     f"c={m['c']} (candidate only), discordant {m['n_discordant']}, "
+                     f"exact p={_num(m['p_exact'], '.4g')}, "
+                     f"chi2={_num(m['chi2'], '.2f')} (p={_num(m['p_chi2'], '.4g')}), "
+                     f"net flip {_num(m['net_flip'], '+.3f')}")
     boot = report.get("bootstrap")
     if boot:
         s, c = boot["success_diff"], boot["cost_diff"]

@@ -16,9 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from alerts.engine import findings_by_slice
-from alerts.evidence import slice_label
-from monitor.run.pipeline import Pipeline
+from alerts.lifecycle import slice_label
 from monitor.fmt import fixed
+from monitor.run.pipeline import Pipeline
+from monitor.slices import WHOLE_FLEET
 
 
 def _rate(value: float, low: float | None = None, high: float | None = None) -> str:
@@ -60,18 +61,17 @@ def comparisons_table(pipeline: Pipeline, limit: int = 8) -> Table:
     for name in ("comparison", "slice", "pairs", "b", "c", "effect [CS]", "e-value", "decision"):
         table.add_column(name, no_wrap=True)
     findings = findings_by_slice(pipeline.engine.findings)
-    findings.sort(key=lambda f: (f.slice_key != (), -f.e_value))
+    findings.sort(key=lambda f: (f.slice_key != WHOLE_FLEET, -f.e_value))
     for f in findings[:limit]:
         c = f.comparison
         decision = Text("FIRES", style="bold red") if f.fires else (
             Text("significant, below floor", style="yellow") if f.significant else Text("no evidence", style="green"))
         e_value = "inf" if math.isinf(f.e_value) else f"{f.e_value:.3g}"
+        effect = fixed(f.effect, 3, sign=True)
+        if math.isfinite(f.effect_low) and math.isfinite(f.effect_high):
+            effect += f" [{fixed(f.effect_low, 3, sign=True)}, {fixed(f.effect_high, 3, sign=True)}]"
         table.add_row(f"{c.candidate_release} vs {c.baseline_release} ({c.arm})", slice_label(f.slice_key),
-                      str(f.n_pairs), str(f.b), str(f.c),
-                      f"{fixed(f.effect, 3, sign=True)} [{fixed(f.effect_low, 3, sign=True)}, "
-                      f"{fixed(f.effect_high, 3, sign=True)}]" if math.isfinite(f.effect_low) and math.isfinite(f.effect_high)
-                      else fixed(f.effect, 3, sign=True),
-                      e_value, decision)
+                      str(f.n_pairs), str(f.b), str(f.c), effect, e_value, decision)
     return table
 
 

@@ -15,8 +15,9 @@ run`` prints them to stderr with the line number).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from alerts.engine import AlertEngine
 from alerts.lifecycle import AlertEvent
@@ -107,7 +108,7 @@ class Pipeline:
                 invalid += 1
                 if self.on_invalid is not None:
                     self.on_invalid(where, exc)
-        delta = fold(traces, self.slicer, now, self.resolutions, pairer=self.pairer)
+        delta = self.pairer.join(traces, self.slicer, now, fold(traces, self.slicer, now, self.resolutions))
         if invalid:
             delta.count("dlq", invalid)
         self.store.apply(delta)
@@ -125,9 +126,8 @@ class Pipeline:
         if now < self._next_tick:
             return []
         self._next_tick = now + self.tick_seconds
-        expire = getattr(self.store, "expire", None)
-        if expire is not None and (self._next_expiry is None or now >= self._next_expiry):
-            expire(now)
+        if self._next_expiry is None or now >= self._next_expiry:
+            self.store.expire(now)
             self._next_expiry = now + 600
         events = self.engine.tick(now)
         self.stats.ticks += 1

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Mapping
+from typing import TypedDict
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,22 @@ class Scenario:
         if self.duration_seconds <= 0:
             raise ValueError(f"duration_seconds must be > 0, got {self.duration_seconds}")
 
-    def aa(self) -> "Scenario":
+    def aa(self) -> Scenario:
         """The same fleet with no regression (an A/A stream of the same length)."""
         return replace(self, regression_at_seconds=None)
 
 
 def _clip(p: float) -> float:
     return min(1.0, max(0.0, p))
+
+
+class _Where(TypedDict):
+    """The slice dimensions both halves of a pair share (and the task type's success offset)."""
+
+    task_type: str
+    offset: float
+    tenant: str
+    locale: str
 
 
 def _trace(rng: random.Random, profile: ReleaseProfile, *, arm: str, ts: float, trace_id: str, pair_id: str | None,
@@ -127,7 +137,7 @@ def generate(scenario: Scenario) -> Iterator[dict]:
         tenant = scenario.tenants[rng.randrange(len(scenario.tenants))]
         locale = scenario.locales[rng.randrange(len(scenario.locales))]
         u = rng.random()
-        common = {"task_type": task_type, "offset": offset, "tenant": tenant, "locale": locale}
+        common: _Where = {"task_type": task_type, "offset": offset, "tenant": tenant, "locale": locale}
         cand = scenario.candidate
         if cand is not None and rng.random() < scenario.canary_share:
             yield _trace(rng, cand, arm="canary", ts=ts, trace_id=f"c-{scenario.seed}-{i}", pair_id=None, u=u,

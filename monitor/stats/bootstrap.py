@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.stats.intervals import _require_int, _require_probability
 
@@ -145,8 +146,8 @@ def _check_settings(n_resamples: object, confidence: object) -> tuple[int, float
 
 
 def paired_bootstrap(
-    baseline: np.ndarray,
-    candidate: np.ndarray,
+    baseline: npt.ArrayLike,
+    candidate: npt.ArrayLike,
     statistic: Statistic = "mean",
     n_resamples: int = 10_000,
     confidence: float = 0.95,
@@ -204,7 +205,7 @@ def paired_bootstrap(
 
 
 def bootstrap_mean_ci(
-    values_per_task: np.ndarray,
+    values_per_task: npt.ArrayLike,
     n_resamples: int = 10_000,
     confidence: float = 0.95,
     seed: int | None = 0,
@@ -235,8 +236,8 @@ def bootstrap_mean_ci(
 
 
 def bootstrap_ratio_ci(
-    numerators_per_task: np.ndarray,
-    denominators_per_task: np.ndarray,
+    numerators_per_task: npt.ArrayLike,
+    denominators_per_task: npt.ArrayLike,
     n_resamples: int = 10_000,
     confidence: float = 0.95,
     seed: int | None = 0,

@@ -148,4 +148,5 @@ def e_benjamini_hochberg(e_values: Sequence[float], alpha: float = 0.05) -> np.n
     if passing.size == 0:
         return np.zeros(m, dtype=bool)
     k_star = int(passing.max()) + 1
-    return e >= thresholds[k_star - 1]
+    rejected: np.ndarray = e >= thresholds[k_star - 1]
+    return rejected

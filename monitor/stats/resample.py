@@ -17,13 +17,16 @@ n_units), dtype=int32)``.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+ResampleCache = dict[tuple[int, int, int], list[np.ndarray]]
+"""Count matrices (float32) by ``(n_units, n_resamples, seed)``, shared across calls by one report."""
+
 
 def resample_sums(values: np.ndarray, n_resamples: int = 10_000, seed: int | None = 0,
-                  max_cells: int = 1_000_000, cache: dict | None = None) -> np.ndarray:
+                  max_cells: int = 1_000_000, cache: ResampleCache | None = None) -> np.ndarray:
     """Bootstrap sums over units: returns ``(n_resamples, m)`` for ``values`` of shape ``(n_units, m)``.
 
     Row r holds the column sums of ``values`` over the units of resample r.
@@ -42,6 +45,7 @@ def resample_sums(values: np.ndarray, n_resamples: int = 10_000, seed: int | Non
     if n_units == 0:
         return out
     row = 0
+    chunks: Iterable[np.ndarray]
     if cache is not None and seed is not None:
         key = (n_units, n_resamples, seed)
         if key not in cache:

@@ -1,12 +1,13 @@
 """Where aggregates live: one interface, an in-memory and a Redis implementation.
 
-Both stores apply :class:`~monitor.fold.BatchDelta` objects *exactly once per
-source offset range*: ``apply(delta, source, first_offset, last_offset)``
-applies the delta and advances the source's watermark to ``last_offset``
-atomically, and skips (returns False) when ``first_offset`` is not beyond the
-watermark — the batch, or part of it, was already applied. Callers that may
-see a partly applied batch re-read :meth:`Store.applied_offset` and drop the
-records at or below it before folding again.
+Both stores apply :class:`~monitor.delta.BatchDelta` objects *exactly once per
+source offset range*: ``apply_ranges(delta, [(source, first, last), ...])``
+applies the delta and advances every source's watermark to its ``last``
+atomically, and refuses (writes nothing) when some ``first`` is not beyond its
+source's watermark — the batch, or part of it, was already applied. Callers that
+may see a partly applied batch re-read :meth:`Store.applied_offsets` and drop the
+records at or below the watermarks before folding again. ``apply`` is the
+one-source form.
 
 Small JSON documents (the alert engine's lifecycle state) are kept with
 ``get_state`` / ``put_state`` so a restarted engine neither re-pages nor forgets.
@@ -18,13 +19,18 @@ cumulative per-slice totals and the pipeline counters.
 
 from __future__ import annotations
 
-import json
-from typing import Mapping, Protocol, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from monitor.aggregate import Aggregate
-from monitor.fold import BatchDelta
-from monitor.slices import matches, parse_slice_id
-from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
+from monitor.delta import BatchDelta
+from monitor.windows import Resolution
+
+#: ``(source, first offset, last offset)``: a run of consecutive records of one source.
+OffsetRange = tuple[str, int, int]
+
+#: Per source, the pair halves that start waiting (``{pair_id: half}``) and stop waiting (pair ids).
+PendingChanges = Mapping[str, tuple[Mapping[str, str], Iterable[str]]]
 
 
 class StoreError(RuntimeError):
@@ -32,10 +38,25 @@ class StoreError(RuntimeError):
 
 
 class Store(Protocol):
-    resolutions: Sequence[Resolution]
+    """What the worker, the exporter, the alert engine and the CLI use of a store."""
+
+    @property
+    def resolutions(self) -> Sequence[Resolution]: ...
 
     def apply(self, delta: BatchDelta, source: str | None = None, first_offset: int | None = None,
-              last_offset: int | None = None) -> bool: ...
+              last_offset: int | None = None) -> bool:
+        """Apply ``delta``; with a source and offsets only when ``first_offset`` is beyond its watermark."""
+        ...
+
+    def apply_ranges(self, delta: BatchDelta, ranges: Sequence[OffsetRange],
+                     pending: PendingChanges | None = None) -> tuple[str, int] | None:
+        """Apply ``delta`` and advance every range's watermark, atomically; the refusal
+        ``(source, watermark)`` instead when one range is already (partly) applied."""
+        ...
+
+    def expire(self, now: float) -> int:
+        """Drop windows past retention at ``now`` (a no-op where the backend expires them itself)."""
+        ...
 
     def applied_offset(self, source: str) -> int | None: ...
 
@@ -50,7 +71,7 @@ class Store(Protocol):
 
     def counters(self) -> dict[str, float]: ...
 
-    def extra(self, prefix: str) -> dict[str, dict[str, float]]: ...
+    def paired_evidence(self, prefix: str = "") -> dict[str, dict[str, float]]: ...
 
     def pending(self, source: str) -> dict[str, str]: ...
 
@@ -59,14 +80,31 @@ class Store(Protocol):
     def put_state(self, name: str, state: dict) -> None: ...
 
 
-def select(slice_ids: Sequence[str], selector: Mapping[str, str] | None) -> list[str]:
-    """The ids whose slice matches every ``dim: value`` of ``selector``."""
-    if not selector:
-        return list(slice_ids)
-    return [sid for sid in slice_ids if matches(parse_slice_id(sid), selector)]
+class ScriptClient(Protocol):
+    """The part of a Redis client that server-side reads use (redis-py's ``Redis`` has it)."""
+
+    def register_script(self, script: str) -> Any: ...
+
+    def script_load(self, script: str) -> Any: ...
+
+
+@runtime_checkable
+class ScriptableStore(Store, Protocol):
+    """A store whose keys a reader may read itself with its own scripts: the Redis store.
+
+    The exporter's incremental reads (:class:`~monitor.store.redis.reads.SpanReader`)
+    use it; keys are named by :class:`~monitor.store.redis.layout.KeyLayout` under ``prefix``.
+    """
+
+    @property
+    def prefix(self) -> str: ...
+
+    @property
+    def client(self) -> ScriptClient: ...
 
 
 def merged(aggregates: Mapping[str, Aggregate]) -> Aggregate:
+    """The merge of every aggregate (an empty :class:`Aggregate` for none)."""
     out = Aggregate()
     for agg in aggregates.values():
         out.merge(agg)

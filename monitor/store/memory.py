@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from monitor.aggregate import Aggregate
-from monitor.fold import BatchDelta
-from monitor.store.base import StoreError
+from monitor.delta import BatchDelta
+from monitor.store.base import OffsetRange, PendingChanges, StoreError
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
 
 
@@ -31,6 +31,23 @@ class MemoryStore:
             mark = self._offsets.get(source)
             if mark is not None and first_offset <= mark:
                 return False
+        self._merge(delta, {source or "": (delta.pending_set, delta.pending_del)})
+        if source is not None and last_offset is not None:
+            self._offsets[source] = max(last_offset, self._offsets.get(source, -1))
+        return True
+
+    def apply_ranges(self, delta: BatchDelta, ranges: Sequence[OffsetRange],
+                     pending: PendingChanges | None = None) -> tuple[str, int] | None:
+        for source, first, _last in ranges:
+            mark = self._offsets.get(source)
+            if mark is not None and first <= mark:
+                return source, mark
+        self._merge(delta, pending or {})
+        for source, _first, last in ranges:
+            self._offsets[source] = max(last, self._offsets.get(source, -1))
+        return None
+
+    def _merge(self, delta: BatchDelta, pending: PendingChanges) -> None:
         for key, agg in delta.windows.items():
             self._windows.setdefault(key, Aggregate()).merge(agg)
         for sid, agg in delta.totals.items():
@@ -39,18 +56,17 @@ class MemoryStore:
             self._counters[name] = self._counters.get(name, 0) + n
         for sid, ts in delta.last_seen.items():
             self._last_seen[sid] = max(ts, self._last_seen.get(sid, ts))
-        for key, fields in delta.extra.items():
-            mine = self._extra.setdefault(key, {})
+        for pair_key, fields in delta.paired_evidence.items():
+            mine = self._extra.setdefault(pair_key, {})
             for name, value in fields.items():
                 mine[name] = mine.get(name, 0) + value
-        if delta.pending_set or delta.pending_del:
-            waiting = self._pending.setdefault(source or "", {})
-            for pair_id in delta.pending_del:
-                waiting.pop(pair_id, None)
-            waiting.update(delta.pending_set)
-        if source is not None and last_offset is not None:
-            self._offsets[source] = max(last_offset, self._offsets.get(source, -1))
-        return True
+        for source, (starts, stops) in pending.items():
+            gone = list(stops)
+            if starts or gone:
+                waiting = self._pending.setdefault(source, {})
+                for pair_id in gone:
+                    waiting.pop(pair_id, None)
+                waiting.update(starts)
 
     def expire(self, now: float) -> int:
         """Drop windows past retention at ``now``; returns how many were dropped."""
@@ -91,7 +107,7 @@ class MemoryStore:
     def counters(self) -> dict[str, float]:
         return dict(self._counters)
 
-    def extra(self, prefix: str) -> dict[str, dict[str, float]]:
+    def paired_evidence(self, prefix: str = "") -> dict[str, dict[str, float]]:
         return {k: dict(v) for k, v in self._extra.items() if k.startswith(prefix)}
 
     def pending(self, source: str) -> dict[str, str]:

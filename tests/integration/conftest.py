@@ -78,6 +78,13 @@ def _env_port(name: str, default: int) -> int:
         raise pytest.UsageError(f"{name} must be a TCP port number, got {raw!r}") from None
 
 
+def _text(output: bytes | str | None) -> str:
+    """Captured output as text (``TimeoutExpired`` holds bytes even under ``text=True``)."""
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output or ""
+
+
 @pytest.fixture(scope="session")
 def fleetmon_services() -> None:
     """Run ``scripts/services.sh start`` once per session (cheap when all run)."""
@@ -96,7 +103,7 @@ def fleetmon_services() -> None:
     except subprocess.TimeoutExpired as exc:
         pytest.fail(
             f"scripts/services.sh start did not finish within {SERVICES_START_TIMEOUT_SECONDS}s:\n"
-            f"{exc.stdout or ''}{exc.stderr or ''}",
+            f"{_text(exc.stdout)}{_text(exc.stderr)}",
             pytrace=False,
         )
     if proc.returncode != 0:
@@ -180,7 +187,8 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     token = uuid.uuid4().hex
     try:
         try:
-            databases = int(admin.config_get("databases").get("databases", 16))
+            configured = admin.config_get("databases").get("databases")
+            databases = 16 if configured is None else int(configured)
         except redis.ResponseError:  # CONFIG disabled on this server
             databases = 16
         db = next(

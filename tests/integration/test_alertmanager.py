@@ -18,8 +18,8 @@ from alerts.notifiers import AlertmanagerNotifier
 from monitor.fold import fold
 from monitor.pairing import Pairer
 from monitor.pricing import PriceMap
-from monitor.schema import validate
 from monitor.run.simulate import ReleaseProfile, Scenario, generate
+from monitor.schema import validate
 from monitor.slices import Slicer
 from monitor.store.memory import MemoryStore
 from tests.support.webhook import Receiver
@@ -37,11 +37,11 @@ def drive(engine, store, pairer, scenario, tick_seconds=10.0):
         batch.append(trace)
         last = trace.ts
         if trace.ts >= next_tick:
-            store.apply(fold(batch, slicer, trace.ts, pairer=pairer))
+            store.apply(pairer.join(batch, slicer, trace.ts, fold(batch, slicer, trace.ts)))
             batch = []
             events += engine.tick(trace.ts)
             next_tick += tick_seconds
-    store.apply(fold(batch, slicer, last, pairer=pairer))
+    store.apply(pairer.join(batch, slicer, last, fold(batch, slicer, last)))
     events += engine.tick(last)
     return events
 

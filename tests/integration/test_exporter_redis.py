@@ -13,13 +13,13 @@ import redis
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor import exporter_reads
 from monitor.exporter.collector import build_registry
-from monitor.store.redis.reads import SpanReader
 from monitor.fold import fold
 from monitor.pricing import PriceMap
 from monitor.slices import Slicer
 from monitor.store.memory import MemoryStore
+from monitor.store.redis import reads as exporter_reads
+from monitor.store.redis.reads import SpanReader
 from monitor.store.redis.store import COUNT_BUCKET_WINDOWS, RedisStore
 from monitor.windows import MINUTE
 from tests.support.traces import make_traces

@@ -21,6 +21,7 @@ import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass as dataclass_record
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -32,6 +33,7 @@ from monitor.aggregate import Aggregate
 from monitor.schema import validate
 from monitor.slices import Slicer, slice_id
 from monitor.store.redis.store import RedisStore
+from monitor.store.redis.wire import text
 from streams.dlq import original_payload, parse_dlq_record
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +53,7 @@ def make_records(n: int, seed: int, now: float, pair_share: float = 0.0) -> list
     i = 0
     while len(out) < n:
         tokens_in = rng.randrange(100, 4000)
-        record = {
+        record: dict[str, Any] = {
             "trace_id": f"s{seed}-{i}", "ts": now - rng.random() * 3000, "model_id": rng.choice(["m-a", "m-b"]),
             "release": rng.choice(["r1", "r2", "r3"]), "arm": rng.choice(["baseline", "canary"]),
             "task_type": rng.choice(["code", "chat", "search", "refund"]), "tenant": f"tenant-{rng.randrange(4)}",
@@ -91,7 +93,7 @@ def expected_pairs(records: list[dict]) -> dict[str, Counter]:
 
 def observed_pairs(store: RedisStore) -> dict[str, Counter]:
     return {key: Counter({name: int(fields.get(name, 0)) for name in ("n_pairs", "b", "c")})
-            for key, fields in store.extra("pair:").items() if key.endswith(":")}
+            for key, fields in store.paired_evidence().items() if key.endswith(":")}
 
 
 def expected_by_slice(records: list[dict]) -> dict[str, Counter]:
@@ -108,8 +110,8 @@ def expected_by_slice(records: list[dict]) -> dict[str, Counter]:
     return out
 
 
-def observed_by_slice(store: RedisStore) -> dict[str, Counter]:
-    return {sid: Counter(traces=agg.traces, successes=agg.successes, tokens_in=agg.tokens("tokens_in"),
+def observed_by_slice(store: RedisStore) -> dict[str, dict[str, float]]:
+    return {sid: dict(traces=agg.traces, successes=agg.successes, tokens_in=agg.tokens("tokens_in"),
                          tokens_out=agg.tokens("tokens_out"), tokens_cached_in=agg.tokens("tokens_cached_in"))
             for sid, agg in store.totals().items()}
 
@@ -230,7 +232,7 @@ def applied(client: redis.Redis, prefix: str, topic: str) -> dict[int, int]:
     marks = client.hgetall(f"{prefix}:offsets")
     out = {}
     for source, mark in marks.items():
-        name, _, partition = source.decode().rpartition(":")
+        name, _, partition = text(source).rpartition(":")
         if name == topic:
             out[int(partition)] = int(mark)
     return out
@@ -384,7 +386,8 @@ def malformed(count: int, now: float) -> list[tuple[bytes | None, bytes | None, 
         (json.dumps([1, 2, 3]).encode(), "must be a JSON object"),
         (None, "tombstone"),
     ]
-    out = [(f"bad-{i}".encode(), *kinds[i % len(kinds)]) for i in range(count - 1)]
+    out: list[tuple[bytes | None, bytes | None, str]] = [(f"bad-{i}".encode(), *kinds[i % len(kinds)])
+                                                         for i in range(count - 1)]
     huge = json.dumps({**base, "tags": {"blob": "x" * (5 * 1024 * 1024)}}).encode()
     out.insert(count // 2, (b"bad-huge", huge, "over the 1048576-byte limit"))
     return out
@@ -445,7 +448,7 @@ def snapshot(store: RedisStore, topic: str) -> dict:
         "1h": store.window_aggregates("1h", now - 3 * 3600, now + 3600, ids),
         "counters": store.counters(),
         "offsets": store.applied_offsets(),
-        "pairs": store.extra("pair:"),
+        "pairs": store.paired_evidence(),
         "pending": {p: store.pending(f"{topic}:{p}") for p in range(4)},
     }
 
@@ -537,10 +540,11 @@ def test_rebuild_after_redis_is_flushed_restores_identical_aggregates(kafka_boot
 def test_refused_apply_refolds_only_the_records_after_the_watermark(redis_client):
     from aiokafka import TopicPartition as AioTopicPartition
 
+    from monitor.config import WorkerSettings
     from monitor.slices import Slicer as PlainSlicer
-    from streams.batch import decode_records, fold_batch
-    from streams.settings import WorkerSettings
+    from streams.batch import fold_batch
     from streams.loop import ConsumeLoop
+    from tests.support.batches import decode_records
 
     @dataclass_record
     class Rec:

@@ -31,14 +31,15 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.fold import BatchDelta, fold
+from monitor.delta import BatchDelta
+from monitor.fold import fold
 from monitor.schema import validate
 from monitor.slices import Slicer
 from monitor.store.redis.store import RedisGuard, RedisStore
@@ -60,7 +61,7 @@ LABELS = ["baseline", "candidate", "arm", "metric", "task_type", "tenant", "loca
 
 
 class Comparisons:
-    """Stands in for the alert engine's evidence collector (alerts/metrics.py)."""
+    """Stands in for the alert engine's evidence collector (monitor/exporter/comparisons.py)."""
 
     def __init__(self, baseline, candidate):
         self.values = [baseline, candidate, "shadow", "success_regression", "code", "", ""]
@@ -205,7 +206,7 @@ def fill_with_fold(records: list[dict], topic: str, redis_url: str, prefix: str,
 class Exporter:
     """``fleetmon exporter`` as a subprocess on the port Prometheus scrapes."""
 
-    def __init__(self, tmp_path: Path, redis_url: str, prefix: str, extra_args: list[str] = (),
+    def __init__(self, tmp_path: Path, redis_url: str, prefix: str, extra_args: Sequence[str] = (),
                  env: dict[str, str] | None = None) -> None:
         wait_port_free(EXPORTER_HOST, EXPORTER_PORT)
         self.log_path = tmp_path / f"exporter-{prefix}.log"
@@ -246,6 +247,7 @@ class Exporter:
 def dashboard_queries() -> list[tuple[str, str, str]]:
     """(dashboard, panel, expr with every $variable replaced by .*)."""
     spec = importlib.util.spec_from_file_location("grafana_build", ROOT / "grafana" / "build.py")
+    assert spec is not None and spec.loader is not None
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     out = []

@@ -97,7 +97,7 @@ def test_metrics_and_healthz_are_served_while_running():
         assert {f.name for f in text_string_to_metric_families(body)} >= {"fleetmon_traces", "fleetmon_success_ratio"}
     finally:
         proc.terminate()
-        out, err = proc.communicate(timeout=30)
+        _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
 
 

@@ -8,7 +8,7 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
@@ -135,7 +135,7 @@ def test_alertmanager_accepts_and_lists_an_alert(alertmanager_url: str):
     assert status == 200
 
     test_id = uuid.uuid4().hex
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     labels = {
         "alertname": "FleetmonSmokeTest",
         "severity": "info",
@@ -162,6 +162,6 @@ def test_alertmanager_accepts_and_lists_an_alert(alertmanager_url: str):
     assert [r["name"] for r in alerts[0]["receivers"]] == ["none"]
 
     # resolve it so that it does not linger for other tests
-    resolved = dict(alert, endsAt=datetime.now(timezone.utc).isoformat())
+    resolved = dict(alert, endsAt=datetime.now(UTC).isoformat())
     status, _ = _http_json(f"{alertmanager_url}/api/v2/alerts", payload=[resolved])
     assert status == 200

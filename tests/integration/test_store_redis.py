@@ -1,9 +1,9 @@
 """RedisStore on the real Redis: same answers as MemoryStore, exactly-once apply, pending halves."""
 
 import random
+import time
 
 import pytest
-import time
 
 from monitor.fold import fold
 from monitor.pairing import Pairer
@@ -36,8 +36,8 @@ def test_redis_store_matches_memory_store_and_skips_redelivery(redis_client):
     pairer_r, pairer_m = Pairer(PriceMap.load()), Pairer(PriceMap.load())
     for start in range(0, len(data), 500):
         batch = data[start:start + 500]
-        delta_r = fold(batch, Slicer(), NOW, pairer=pairer_r)
-        delta_m = fold(batch, Slicer(), NOW, pairer=pairer_m)
+        delta_r = pairer_r.join(batch, Slicer(), NOW, fold(batch, Slicer(), NOW))
+        delta_m = pairer_m.join(batch, Slicer(), NOW, fold(batch, Slicer(), NOW))
         assert store.apply(delta_r, "topic:0", start, start + len(batch) - 1)
         memory.apply(delta_m, "topic:0", start, start + len(batch) - 1)
         # Redelivery of the same batch (or an overlapping one) changes nothing.
@@ -52,7 +52,7 @@ def test_redis_store_matches_memory_store_and_skips_redelivery(redis_client):
         assert got == want
     assert sum(a.traces for a in store.totals(ids).values()) == 4000
     assert store.counters()["traces"] == 4000
-    got, want = store.extra("pair:"), memory.extra("pair:")
+    got, want = store.paired_evidence(), memory.paired_evidence()
     assert got.keys() == want.keys() and len(got) == 6  # all + 5 tenants
     for key in want:
         assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12)

@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.aggregate import Aggregate
-from monitor.fold import BatchDelta, fold
+from monitor.delta import BatchDelta
+from monitor.fold import fold
 from monitor.schema import validate
 from monitor.slices import CardinalityGuard, Slicer
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from alerts import sequential as seq
 from alerts.decide import Policy, decide_paired, fdr_across_slices
-from alerts.evidence import Comparison, PairedCounts, slice_key
+from alerts.evidence import Comparison
 from alerts.lifecycle import AlertState, LifecycleConfig, evaluate
+from monitor.pairing import PairedCounts
+from monitor.slices import slice_key
 
 SETTINGS = settings(deadline=None, max_examples=60)
 counts = st.integers(min_value=0, max_value=5000)

@@ -1,4 +1,4 @@
-"""Seeded generators of paired (shadow) and stratified (canary) outcome streams.
+"""Seeded generators of paired (shadow) outcome streams, and counts from per-pair outcomes.
 
 Pure numpy; used by the tests and by ``bench/alerting.py``. The paired model:
 each pair draws (baseline success, candidate success) from a 2×2 table with
@@ -11,10 +11,11 @@ p = 0.7 a correlation of 0.5 gives ≈ 21% discordant pairs.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
-from alerts.evidence import ArmCounts, CanaryStrata
+from monitor.pairing import PairedCounts
 
 
 def paired_cell_probs(p_baseline: float, p_candidate: float, correlation: float) -> tuple[float, float, float, float]:
@@ -61,17 +62,43 @@ def discordant_counts(n_runs: int, n_steps: int, pairs_per_step: int, p_baseline
     return draws[..., 1], draws[..., 2]
 
 
-def canary_strata(n_baseline: dict[str, int], n_canary: dict[str, int],
-                  p_baseline: dict[str, float], p_canary: dict[str, float],
-                  harmful_rate: float = 0.0, seed: int | np.random.Generator = 0) -> CanaryStrata:
-    """Independent binomial draws per stratum and arm (disjoint canary traffic)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for s in sorted(set(n_baseline) | set(n_canary)):
-        arms = []
-        for n_map, p_map in ((n_baseline, p_baseline), (n_canary, p_canary)):
-            n = int(n_map.get(s, 0))
-            arms.append(ArmCounts(n=n, successes=int(rng.binomial(n, p_map.get(s, 0.0))),
-                                  harmful=int(rng.binomial(n, harmful_rate))))
-        out[s] = (arms[0], arms[1])
-    return CanaryStrata(out)
+def paired_counts_from_pairs(
+    baseline_success: Sequence[bool],
+    candidate_success: Sequence[bool],
+    *,
+    baseline_harmful: Sequence[bool] | None = None,
+    candidate_harmful: Sequence[bool] | None = None,
+    baseline_cost_usd: Sequence[float] | None = None,
+    candidate_cost_usd: Sequence[float] | None = None,
+    baseline_latency_seconds: Sequence[float] | None = None,
+    candidate_latency_seconds: Sequence[float] | None = None,
+) -> PairedCounts:
+    """The :class:`PairedCounts` of per-pair outcomes (index i of each sequence is pair i)."""
+    n = len(baseline_success)
+    if len(candidate_success) != n:
+        raise ValueError(f"candidate_success has {len(candidate_success)} pairs, baseline_success {n}")
+    bs = [bool(x) for x in baseline_success]
+    cs = [bool(x) for x in candidate_success]
+    bh = [bool(x) for x in (baseline_harmful or [False] * n)]
+    ch = [bool(x) for x in (candidate_harmful or [False] * n)]
+
+    def deltas(base: Sequence[float] | None, cand: Sequence[float] | None, name: str) -> tuple[int, float, float]:
+        if base is None and cand is None:
+            return 0, 0.0, 0.0
+        if base is None or cand is None or len(base) != n or len(cand) != n:
+            raise ValueError(f"{name}: give both arms with {n} values each")
+        d = [float(y) - float(x) for x, y in zip(base, cand)]
+        return n, math.fsum(d), math.fsum(v * v for v in d)
+
+    cost = deltas(baseline_cost_usd, candidate_cost_usd, "cost_usd")
+    lat = deltas(baseline_latency_seconds, candidate_latency_seconds, "latency_seconds")
+    return PairedCounts(
+        n_pairs=n,
+        b=sum(x and not y for x, y in zip(bs, cs)),
+        c=sum(y and not x for x, y in zip(bs, cs)),
+        harm_b=sum(x and not y for x, y in zip(bh, ch)),
+        harm_c=sum(y and not x for x, y in zip(bh, ch)),
+        cost_n=cost[0], cost_delta_sum=cost[1], cost_delta_sumsq=cost[2],
+        latency_n=lat[0], latency_delta_sum=lat[1], latency_delta_sumsq=lat[2],
+        candidate_harmful=sum(ch), baseline_harmful=sum(bh),
+    )

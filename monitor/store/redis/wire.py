@@ -1,126 +1,30 @@
 """How the exporter's reads travel between Redis and :mod:`monitor.store.redis.reads`.
 
-Three server-side scripts (one atomic snapshot each) and the format a hash
-travels in: one string, the JSON of its plain fields, then its sketch
-buckets as plain numbers, which costs far less to parse than redis-py's
-reply of hundreds of fields (:func:`decode_hash`). :class:`Scripts` calls
-them one at a time; :class:`Wire` sends calls ahead of reading their
-replies on one connection, so Redis runs them on its own core while this
-process works on earlier replies.
+The three read scripts (``counts``, ``fetch``, ``totals`` of :mod:`monitor.store.redis.scripts`,
+one atomic snapshot each) and the format a hash travels in: one string, the JSON of
+its plain fields, then its sketch buckets as plain numbers, which costs far less
+to parse than redis-py's reply of hundreds of fields (:func:`decode_hash`).
+:class:`Scripts` calls them one at a time; :class:`Wire` sends calls ahead of
+reading their replies on one connection, so Redis runs them on its own core while
+this process works on earlier replies.
 
-Duck-typed on the redis-py client the store holds (``register_script``,
-``script_load``, ``connection_pool``), so this module imports no Redis
-client itself.
+Typed on :class:`~monitor.store.base.ScriptClient` (the connection pool is looked
+up, not required), so this module imports no Redis client itself.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import orjson
 
 from monitor.aggregate import FLOAT_FIELDS, LATENCY_PREFIX, Aggregate
 from monitor.sketch import ZERO_KEY, LogSketch
-from monitor.store.base import StoreError
+from monitor.store.base import ScriptClient, StoreError
+from monitor.store.redis.scripts import COUNTS, FETCH, FLOATS, TOTALS
 
-#: The float fields of an aggregate, in the order the fetch script returns them.
-FLOATS = tuple(sorted(FLOAT_FIELDS))
-
-# KEYS: per slice its totals hash, then its count hashes (one per bucket). ARGV[1]:
-# the number of buckets B; ARGV[2..B+1]: how many of the wanted window starts
-# fall in each bucket; then those starts, in order; then per slice the version
-# the reader holds ('' = read the counts anyway). Returns per slice 0 (version
-# unchanged) or {version, "count count ..."}, one count per wanted start (0 when
-# absent).
-COUNTS = """
-local call, tonumber, unpack = redis.call, tonumber, unpack
-local buckets = tonumber(ARGV[1])
-local fields, a = {}, 2 + buckets
-for b = 1, buckets do
-  local n = tonumber(ARGV[1 + b])
-  fields[b] = {}
-  for i = 1, n do fields[b][i] = ARGV[a + i - 1] end
-  a = a + n
-end
-local out = {}
-local k = 1
-for v = a, #ARGV do
-  local version = call('HGET', KEYS[k], 'traces') or '0'
-  if version == ARGV[v] then
-    out[#out + 1] = 0
-  else
-    local parts = {}
-    for b = 1, buckets do
-      local counts = call('HMGET', KEYS[k + b], unpack(fields[b]))
-      for i = 1, #counts do parts[#parts + 1] = counts[i] or '0' end
-    end
-    out[#out + 1] = {version, table.concat(parts, ' ')}
-  end
-  k = k + 1 + buckets
-end
-return out
-"""
-
-# A hash as one string: the JSON array [field, value, ...] of its fields but the
-# sketch buckets, a newline (JSON escapes its own), then "index count ..." of the
-# latency:<index> buckets, most of a totals hash and much faster parsed as numbers.
-_ENCODE = """
-local call, sub, tonumber = redis.call, string.sub, tonumber
-local function encode(flat)
-  local plain, buckets = {}, {}
-  for j = 1, #flat, 2 do
-    local f = flat[j]
-    if sub(f, 1, 8) == 'latency:' and f ~= 'latency:z' then
-      buckets[#buckets + 1] = sub(f, 9)
-      buckets[#buckets + 1] = flat[j + 1]
-    else
-      plain[#plain + 1] = f
-      plain[#plain + 1] = flat[j + 1]
-    end
-  end
-  return cjson.encode(plain) .. '\\n' .. table.concat(buckets, ' ')
-end
-"""
-
-# KEYS: per slice its totals hash, then its window hashes. ARGV: per slice the
-# number of windows, then 'f' (send the whole totals) or 's' (only its float
-# fields, space-separated, '' where absent). Returns per slice
-# {version, totals part, window 1, ...}: one snapshot, as a script is atomic.
-FETCH = _ENCODE + """
-local out = {}
-local k, a = 1, 1
-while a <= #ARGV do
-  local n = tonumber(ARGV[a])
-  local group = {call('HGET', KEYS[k], 'traces') or '0'}
-  if ARGV[a + 1] == 'f' then
-    group[2] = encode(call('HGETALL', KEYS[k]))
-  else
-    local floats = call('HMGET', KEYS[k], %s)
-    for i = 1, #floats do floats[i] = floats[i] or '' end
-    group[2] = table.concat(floats, ' ')
-  end
-  for i = 1, n do group[2 + i] = encode(call('HGETALL', KEYS[k + i])) end
-  out[#out + 1] = group
-  k = k + 1 + n
-  a = a + 2
-end
-return out
-""" % ", ".join(f"'{name}'" for name in FLOATS)
-
-# KEYS: totals hashes; ARGV: the version the reader holds per hash ('' = read it
-# anyway). Returns per hash 0 (version unchanged) or {version, encoded hash}.
-TOTALS = _ENCODE + """
-local out = {}
-for i = 1, #KEYS do
-  local version = call('HGET', KEYS[i], 'traces') or '0'
-  if version == ARGV[i] then
-    out[i] = 0
-  else
-    out[i] = {version, encode(call('HGETALL', KEYS[i]))}
-  end
-end
-return out
-"""
+__all__ = ["CHUNK_KEYS", "FLOATS", "Scripts", "Wire", "chunks", "decode_hash", "parse_flat", "text"]
 
 #: Keys per script call: bounds the time Redis spends in one script.
 CHUNK_KEYS = 20_000
@@ -164,7 +68,7 @@ def parse_flat(flat: Sequence[str], buckets: dict[int, int] | None = None) -> Ag
 
 
 def decode_hash(raw: bytes | str) -> Aggregate:
-    """The aggregate of a hash as the read scripts send it (see ``_ENCODE``)."""
+    """The aggregate of a hash as the read scripts send it (see ``scripts.ENCODE``)."""
     if isinstance(raw, str):
         raw = raw.encode()
     head, _, tail = raw.partition(b"\n")
@@ -191,7 +95,7 @@ def chunks(items: Sequence[Any], keys_per_item: int) -> Iterator[Sequence[Any]]:
 class Scripts:
     """The read scripts registered on one client; :meth:`call` runs one, :meth:`wire` opens a :class:`Wire`."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: ScriptClient) -> None:
         self.client = client
         self.by_name = {name: client.register_script(source) for name, source in
                         (("counts", COUNTS), ("fetch", FETCH), ("totals", TOTALS))}
@@ -203,7 +107,7 @@ class Scripts:
         except Exception as exc:  # the client's errors, re-raised with context
             raise StoreError(f"reading windows from Redis failed ({name} script): {exc}") from exc
 
-    def wire(self) -> "Wire | None":
+    def wire(self) -> Wire | None:
         """A :class:`Wire` on a connection of the client's pool; None if the client has none."""
         pool = getattr(self.client, "connection_pool", None)
         if pool is None or not hasattr(pool, "get_connection"):

@@ -8,10 +8,23 @@ from dataclasses import replace
 import pytest
 
 from alerts import sequential as seq
-from alerts.decide import (Finding, Floors, Policy, apply_uniform_drop, decide_canary, decide_comparison,
-                           decide_paired, effect_since_epoch, fdr_across_slices, still_beyond_floor, trailing_drop,
-                           uniform_drop)
-from alerts.evidence import ArmCounts, CanaryStrata, Comparison, PairedCounts, slice_key
+from alerts.decide import (
+    Finding,
+    Floors,
+    Policy,
+    apply_uniform_drop,
+    decide_canary,
+    decide_comparison,
+    decide_paired,
+    effect_since_epoch,
+    fdr_across_slices,
+    still_beyond_floor,
+    trailing_drop,
+    uniform_drop,
+)
+from alerts.evidence import ArmCounts, CanaryStrata, Comparison
+from monitor.pairing import PairedCounts
+from monitor.slices import slice_key
 
 SHADOW = Comparison("v1", "v2", "shadow")
 CANARY = Comparison("v1", "v2", "canary")
@@ -221,7 +234,8 @@ def test_uniform_drop_needs_every_dimension_to_drop():
     from alerts.decide import uniform_drop
     # A regression that breaks two of four task types spreads over every tenant:
     # uniform in tenant, not in task_type -> not an environment fault.
-    effects = {(("task_type", t),): (0.1, t in ("refund", "exchange")) for t in ("refund", "exchange", "faq", "billing")}
+    effects = {(("task_type", t),): (0.1, t in ("refund", "exchange"))
+               for t in ("refund", "exchange", "faq", "billing")}
     effects.update({(("tenant", t),): (0.05, True) for t in ("a", "b", "c")})
     assert not uniform_drop(effects)
     effects.update({(("task_type", t),): (0.1, True) for t in ("faq", "billing")})

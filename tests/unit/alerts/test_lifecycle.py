@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from alerts.decide import Finding, Policy, decide_paired
-from alerts.evidence import Comparison, PairedCounts, slice_key
-from alerts.lifecycle import (ALERT_NAMES, AlertState, LifecycleConfig, evaluate, evidence_of,
-                              fingerprint)
+from alerts.evidence import Comparison
+from alerts.lifecycle import ALERT_NAMES, AlertState, LifecycleConfig, evaluate, evidence_of, fingerprint
+from monitor.pairing import PairedCounts
+from monitor.slices import slice_key
 
 SHADOW = Comparison("v1", "v2", "shadow")
 CODE = slice_key({"task_type": "code"})
@@ -53,7 +54,7 @@ def test_pending_is_cancelled_by_a_non_firing_finding() -> None:
 
 def test_safety_fires_immediately() -> None:
     findings = decide_paired(SHADOW, CODE, PairedCounts(n_pairs=5000, harm_b=2, harm_c=40), Policy())
-    state, events = run(AlertState(), findings, 0.0)
+    _state, events = run(AlertState(), findings, 0.0)
     assert [(e.alertname, e.labels["severity"]) for e in events] == [("FleetmonSafetyRegression", "critical")]
 
 

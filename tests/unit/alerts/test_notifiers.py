@@ -5,8 +5,8 @@ import pytest
 
 from alerts.lifecycle import AlertEvent
 from alerts.notifiers import StdoutNotifier, WebhookNotifier, alertmanager_alert, sign, verify
-from monitor.schema import validate
 from monitor.run.simulate import ReleaseProfile, Scenario, generate
+from monitor.schema import validate
 
 EVENT = AlertEvent(ts=1767225700.0, status="firing", alertname="FleetmonSuccessRegression",
                    labels={"alertname": "FleetmonSuccessRegression", "severity": "page", "slice": "all"},
@@ -76,8 +76,8 @@ def test_simulated_regression_moves_only_the_candidate_after_its_start():
 def test_comparison_metrics_from_a_stored_snapshot():
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from alerts.engine import AlertEngine
-    from alerts.metrics import ComparisonCollector, from_store
+    from alerts.engine import AlertEngine, from_store
+    from monitor.exporter.comparisons import ComparisonCollector
     from monitor.fold import fold
     from monitor.pairing import Pairer
     from monitor.pricing import PriceMap
@@ -87,7 +87,7 @@ def test_comparison_metrics_from_a_stored_snapshot():
     scenario = Scenario(duration_seconds=120, rate_per_second=20, regression_at_seconds=0, regression_drop=0.3, seed=2)
     store = MemoryStore()
     traces = [validate(r) for r in generate(scenario)]
-    store.apply(fold(traces, Slicer(), traces[-1].ts, pairer=Pairer(PriceMap.load())))
+    store.apply(Pairer(PriceMap.load()).join(traces, Slicer(), traces[-1].ts, fold(traces, Slicer(), traces[-1].ts)))
     AlertEngine(store, StdoutNotifier(io.StringIO())).tick(traces[-1].ts)
     registry = CollectorRegistry()
     registry.register(ComparisonCollector(from_store(store, clock=lambda: traces[-1].ts + 10)))

@@ -8,11 +8,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.support.paths import ROOT  # noqa: E402
+from tests.support.paths import ROOT
+
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
 
 

@@ -1,6 +1,7 @@
 import pytest
 
 from monitor.config import ConfigError, load, redact_url
+from monitor.kafka import kafka_python_security
 
 
 def write(tmp_path, text):
@@ -56,7 +57,7 @@ def test_secrets_never_shown(tmp_path):
     shown = repr(config) + str(config.redacted())
     for secret in ("hunter2", "s3cret", "topsecret"):
         assert secret not in shown
-    assert config.kafka.client_options()["sasl_plain_password"] == "hunter2"
+    assert kafka_python_security(config.kafka)["sasl_plain_password"] == "hunter2"
     assert redact_url("redis://:pw@host:6379/0") == "redis://:***@host:6379/0"
     with pytest.raises(ConfigError) as info:
         load(write(tmp_path, "[notifiers]\nwebhook_secret = 987654321\n"), env={})

@@ -141,3 +141,27 @@ def test_rate_limiter_spaces_events_evenly():
     assert clock[0] == pytest.approx(0.4)
     with pytest.raises(ValueError, match="--rate must be > 0"):
         RateLimiter(0)
+
+
+def test_the_producer_takes_the_kafka_section_security_and_bootstrap_wins(monkeypatch):
+    import kafka
+
+    from monitor.config import KafkaConfig
+
+    built = {}
+
+    class Recorder:
+        def __init__(self, **options):
+            built.update(options)
+
+    monkeypatch.setattr(kafka, "KafkaProducer", Recorder)
+    section = KafkaConfig(bootstrap="k:9093", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                          sasl_username="u", sasl_password="p")
+    TraceEmitter("other:9093", topic="t", kafka=section, linger_ms=50)
+    assert built["bootstrap_servers"] == ["other:9093"] and built["sasl_plain_password"] == "p"
+    assert (built["acks"], built["enable_idempotence"], built["linger_ms"], built["client_id"]) == (
+        "all", True, 50, "fleetmon-emitter")
+    built.clear()
+    monkeypatch.setenv("FLEETMON_KAFKA_BOOTSTRAP", "env:9092")
+    TraceEmitter(topic="t")
+    assert built["bootstrap_servers"] == ["env:9092"] and built["security_protocol"] == "PLAINTEXT"

@@ -1,12 +1,13 @@
 import pytest
 
-from alerts.evidence import PairedCounts
-from monitor.fold import BatchDelta, fold
-from monitor.pairing import Half, Pairer, pair_key, pairs_from_extra, parse_pair_key
+from monitor.delta import BatchDelta
+from monitor.fold import fold
+from monitor.pairing import Half, PairedCounts, Pairer, pair_key, parse_pair_key
 from monitor.pricing import PriceMap
 from monitor.schema import validate
 from monitor.slices import Slicer
 from monitor.store.memory import MemoryStore
+from tests.support.paired_sim import paired_counts_from_pairs
 
 PRICES = PriceMap.load()
 NOW = 1_750_000_000.0
@@ -28,10 +29,10 @@ def test_pairs_join_in_any_order_into_paired_counts():
         pair = [half(i, "baseline", "v1", b), half(i, "shadow", "v2", c, tokens_in=2000)]
         traces += pair if i % 2 else pair[::-1]
     pairer = Pairer(PRICES)
-    delta = fold(traces, Slicer(), NOW, pairer=pairer)
+    delta = pairer.join(traces, Slicer(), NOW, fold(traces, Slicer(), NOW))
     assert pairer.pending == {} and delta.counters["pairs"] == 6
-    stored = {sid: f for _, _, sid, f in pairs_from_extra(delta.extra)}
-    expected = PairedCounts.from_pairs(base_ok, cand_ok)
+    stored = {parse_pair_key(key)[2]: f for key, f in delta.paired_evidence.items()}
+    expected = paired_counts_from_pairs(base_ok, cand_ok)
     whole = stored[""]
     assert (whole["n_pairs"], whole.get("b", 0), whole.get("c", 0)) == (expected.n_pairs, expected.b, expected.c)
     assert whole["cost_delta_sum"] == pytest.approx(6 * 1000 * 3 / 1e6)
@@ -42,31 +43,35 @@ def test_pairs_join_in_any_order_into_paired_counts():
 def test_half_waits_across_batches_and_store_round_trip():
     pairer = Pairer(PRICES)
     store = MemoryStore()
-    first = fold([half(1, "baseline", "v1", True)], Slicer(), NOW, pairer=pairer)
+    batch = [half(1, "baseline", "v1", True)]
+    first = pairer.join(batch, Slicer(), NOW, fold(batch, Slicer(), NOW))
     store.apply(first, "t:0", 0, 0)
     assert list(store.pending("t:0")) == ["p1"]
     # A restarted worker restores the waiting half from the store.
     restarted = Pairer(PRICES)
     restarted.load(store.pending("t:0"))
-    second = fold([half(1, "shadow", "v2", False)], Slicer(), NOW, pairer=restarted)
+    batch = [half(1, "shadow", "v2", False)]
+    second = restarted.join(batch, Slicer(), NOW, fold(batch, Slicer(), NOW))
     store.apply(second, "t:0", 1, 1)
     assert store.pending("t:0") == {}
-    (b, c, sid, fields), *_ = list(pairs_from_extra(store.extra("pair:")))
+    (_baseline, _candidate, _sid, fields), *_ = [(*parse_pair_key(key), f)
+                                                 for key, f in store.paired_evidence().items()]
     assert fields["b"] == 1 and fields["n_pairs"] == 1
 
 
 def test_expiry_and_duplicate_halves_are_counted():
     pairer = Pairer(PRICES, ttl_seconds=60)
-    delta = fold([half(1, "baseline", "v1", True), half(1, "baseline", "v1", True)], Slicer(), NOW, pairer=pairer)
+    batch = [half(1, "baseline", "v1", True), half(1, "baseline", "v1", True)]
+    delta = pairer.join(batch, Slicer(), NOW, fold(batch, Slicer(), NOW))
     assert delta.counters["pairs_duplicate_half"] == 1 and delta.counters.get("pairs_expired", 0) == 1
     assert "p1" in delta.pending_del and "p1" not in delta.pending_set
 
 
 def test_canary_and_unpaired_traces_are_not_paired():
     pairer = Pairer(PRICES)
-    delta = fold([half(1, "canary", "v2", True), validate({"trace_id": "x", "ts": NOW, "model_id": "m", "ok": True})],
-                 Slicer(), NOW, pairer=pairer)
-    assert pairer.pending == {} and not delta.extra
+    traces = [half(1, "canary", "v2", True), validate({"trace_id": "x", "ts": NOW, "model_id": "m", "ok": True})]
+    delta = pairer.join(traces, Slicer(), NOW, fold(traces, Slicer(), NOW))
+    assert pairer.pending == {} and not delta.paired_evidence
 
 
 def test_keys_round_trip_with_awkward_release_names():

@@ -5,11 +5,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from streams.native import NativeFolder
 from monitor.schema import MAX_FUTURE_SKEW_SECONDS
 from monitor.slices import Slicer
 from monitor.windows import DEFAULT_RESOLUTIONS
-from streams.batch import Batch, decode_batch, decode_records, fold_batch, group_by_partition, merge_fetches
+from streams.batch import Batch, decode_batch, fold_batch, merge_fetches
+from streams.native import NativeFolder
+from tests.support.batches import decode_records, trace_offsets
 
 NOW = 1_800_000_000.0
 DIMENSIONS = ("tenant",)
@@ -51,7 +52,7 @@ def test_valid_records_become_traces_in_offset_order():
     batch = decode_records("fleetmon.traces", 0, [Rec(5, trace(1)), Rec(6, trace(2))], NOW)
     (part,) = batch.parts
     assert [t.trace_id for t in part.traces] == ["t1", "t2"]
-    assert part.trace_offsets == [5, 6]
+    assert trace_offsets(part) == [5, 6]
     assert part.rejections == []
     assert (part.first_offset, part.last_offset, part.source) == (5, 6, "fleetmon.traces:0")
     assert batch.ranges() == [("fleetmon.traces:0", 5, 6)]
@@ -183,14 +184,6 @@ def test_fold_batch_refuses_a_batch_folded_natively_with_other_dimensions():
     batch = make_batch(NativeFolder(DIMENSIONS, DEFAULT_RESOLUTIONS, max_record_bytes=1024, pair_id_slow=True))
     with pytest.raises(ValueError, match="other dimensions"):
         fold_batch(batch, Slicer(dimensions=("tenant", "locale")), NOW)
-
-
-def test_group_by_partition_splits_and_keeps_order():
-    records = [Rec(o, b"", topic=tp[0], partition=tp[1])
-               for o, tp in enumerate([("a", 0), ("a", 1), ("b", 0), ("a", 0), ("a", 1), ("a", 0)])]
-    groups = group_by_partition(records)
-    assert {k: [r.offset for r in v] for k, v in groups.items()} == {
-        ("a", 0): [0, 3, 5], ("a", 1): [1, 4], ("b", 0): [2]}
 
 
 def test_merge_fetches_appends_per_partition():

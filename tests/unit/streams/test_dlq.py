@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from streams.dlq import (build_dlq_record, dlq_key, encode_bounded, encode_dlq_record, original_payload,
-                         parse_dlq_record)
+from streams.dlq import build_dlq_record, dlq_key, encode_bounded, encode_dlq_record, original_payload, parse_dlq_record
 
 SOURCE = {"topic": "fleetmon.traces", "partition": 3, "offset": 1234}
 

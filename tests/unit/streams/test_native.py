@@ -20,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streams.native import NativeFolder, known_fields
 from monitor.schema import KNOWN_FIELDS, MAX_FUTURE_SKEW_SECONDS
 from monitor.slices import CardinalityGuard, Slicer
 from monitor.windows import Resolution
 from streams.batch import decode_batch, fold_batch
+from streams.native import NativeFolder, known_fields
 
 NOW = 1_800_000_000.0
 DIMENSIONS = ("release", "arm", "task_type", "tenant", "model_id", "team")   # "team" is a tag
@@ -118,7 +118,8 @@ field_values = {
 }
 # mostly-valid records, so that the fast path is exercised as much as the slow one
 plain = st.fixed_dictionaries(
-    {"trace_id": st.sampled_from(["a", "b"]), "ts": st.floats(NOW - 7200, NOW), "model_id": st.sampled_from(["m1", "m2"]),
+    {"trace_id": st.sampled_from(["a", "b"]), "ts": st.floats(NOW - 7200, NOW),
+     "model_id": st.sampled_from(["m1", "m2"]),
      "outcome": st.sampled_from(["success", "failure"])},
     optional={name: strategy for name, strategy in field_values.items() if name in (
         "ok", "arm", "user_signal", "release", "task_type", "tenant", "steps", "tokens_in", "tokens_out",
@@ -221,7 +222,7 @@ def test_the_edges_exercise_both_paths():
 
 def test_a_record_over_the_size_limit_goes_to_python():
     big = variant(extra="x" * 500)
-    (py_batch, _), (na_batch, _) = both_ways([[big, variant()]], max_record_bytes=400)
+    (_, _), (na_batch, _) = both_ways([[big, variant()]], max_record_bytes=400)
     assert na_batch.parts[0].native_count == 1
     assert "over the 400-byte limit" in na_batch.parts[0].rejections[0].reasons[0]
 
@@ -236,7 +237,7 @@ def test_per_part_figures_and_slow_positions():
 
 
 def test_groups_match_the_python_grouping_key_and_sketch():
-    (_, py_delta), (na_batch, na_delta) = both_ways([[variant(latency_ms=1500.0), variant(latency_ms=0)]])
+    (_, _), (na_batch, _) = both_ways([[variant(latency_ms=1500.0), variant(latency_ms=0)]])
     ((values, starts), group), = na_batch.groups
     assert values == ("m1", "baseline", "unknown", "unknown", "m1", "unknown")
     assert starts == (int(NOW - 10) // 60 * 60, int(NOW - 10) // 3600 * 3600)

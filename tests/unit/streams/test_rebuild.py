@@ -2,7 +2,7 @@
 
 import re
 
-import monitor.store.redis.store as store_redis
+import monitor.store.redis.layout as store_redis
 from streams.rebuild import KEPT_FAMILIES, REPLACED_KEYS, REPLACED_PATTERNS, glob_escape, replaced_patterns
 
 

@@ -1,10 +1,10 @@
 """``fleetmon stats`` document and text, over the in-memory store."""
 
+from monitor.cli.stats import collect_stats, render_stats
 from monitor.fold import fold
 from monitor.schema import validate
 from monitor.slices import Slicer
 from monitor.store.memory import MemoryStore
-from monitor.cli.stats import collect_stats, render_stats
 
 NOW = 1_800_000_000.0
 

@@ -13,15 +13,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.aggregate import Aggregate, health
 from monitor.cli.main import build_parser
-from monitor.exporter.collector import (LATENCY_BUCKETS_SECONDS, FleetCollector, build_registry, histogram_counts,
-                              label_name, serve)
+from monitor.exporter.collector import LATENCY_BUCKETS_SECONDS, FleetCollector, build_registry, serve
+from monitor.exporter.figures import histogram_counts
+from monitor.exporter.labels import label_name
 from monitor.fold import fold
-from monitor.pricing import PriceMap
 from monitor.schema import Trace
 from monitor.sketch import LogSketch
 from monitor.slices import CardinalityGuard, Slicer, slice_id
 from monitor.store.memory import MemoryStore
 from tests.support.traces import NOW, PRICES, make_traces
+
 
 def filled_store(traces: list[Trace], slicer: Slicer | None = None) -> MemoryStore:
     store = MemoryStore()
@@ -171,7 +172,7 @@ def test_pipeline_metrics_and_self_metrics():
 
 
 def _counters_delta(**counters: int):
-    from monitor.fold import BatchDelta
+    from monitor.delta import BatchDelta
     return BatchDelta(counters=dict(counters))
 
 

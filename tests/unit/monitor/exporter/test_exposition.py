@@ -15,8 +15,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from monitor.exporter.exposition import SliceFamily, SliceLabels, block_samples, format_value, make_block, render
 from monitor.exporter.collector import build_registry, serve
+from monitor.exporter.exposition import SliceFamily, SliceLabels, block_samples, format_value, make_block, render
 from monitor.fold import fold
 from monitor.slices import Slicer
 from monitor.store.memory import MemoryStore
@@ -88,8 +88,8 @@ def test_blocks_render_the_original_values_as_the_library_families_do():
             ours[1].add(labels, [("fleetmon_c_total", "x\ny", value)], "outcome")
     histogram.add_metric(list(labels.values), [("0.1", 3), ("1.0", 1_500_000), ("+Inf", 2_000_000)], 12.5)
     ours[2].add(labels, [("fleetmon_h_seconds_bucket", "0.1", 3), ("fleetmon_h_seconds_bucket", "1.0", 1_500_000),
-                         ("fleetmon_h_seconds_bucket", "+Inf", 2_000_000), ("fleetmon_h_seconds_count", None, 2_000_000),
-                         ("fleetmon_h_seconds_sum", None, 12.5)], "le")
+                         ("fleetmon_h_seconds_bucket", "+Inf", 2_000_000),
+                         ("fleetmon_h_seconds_count", None, 2_000_000), ("fleetmon_h_seconds_sum", None, 12.5)], "le")
     for accept in ACCEPT[:6]:
         encoder, _type = choose_encoder(accept or "")
         assert render(_Families(*ours), accept)[0] == encoder(_Families(gauge, counter, histogram))

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from monitor.cli.main import main
+from tests.support.paths import ROOT
 
-from tests.support.paths import ROOT  # noqa: E402
 A = str(ROOT / "examples/compare_demo/A.jsonl")
 B = str(ROOT / "examples/compare_demo/B.jsonl")
 SHARED = Path(os.environ.get("FLEETMON_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -27,7 +27,8 @@ def test_acceptance_vector(capsys):
     assert round(a["success"]["rate"], 3) == 0.600 and round(b["success"]["rate"], 3) == 0.900
     assert [round(x, 3) for x in a["any_pass"]["ci"]] == [0.566, 1.000]
     assert [round(x, 3) for x in b["any_pass"]["ci"]] == [0.566, 1.000]
-    assert a["cost_per_solved_usd"] == pytest.approx(0.20875) and b["cost_per_solved_usd"] == pytest.approx(0.18583, abs=5e-5)
+    assert (a["cost_per_solved_usd"] == pytest.approx(0.20875)
+            and b["cost_per_solved_usd"] == pytest.approx(0.18583, abs=5e-5))
     assert round(a["latency_s"]["p95"], 1) == 44.0 and round(b["latency_s"]["p95"], 1) == 38.2
     assert round(a["pass_hat_k"]["2"], 3) == 0.400 and round(a["pass_hat_k"]["4"], 3) == 0.200
     assert round(a["pass_at_k"]["2"], 3) == 0.800
@@ -110,7 +111,8 @@ def test_csv_input_and_agent_name_from_file(tmp_path, capsys):
 @pytest.mark.skipif(not (SHARED / "swebench_bash_only.csv").exists(), reason="shared data folder not beside the repo")
 def test_real_swebench_pairing_on_instance_id(capsys):
     path = str(SHARED / "swebench_bash_only.csv")
-    code, r = run_json(capsys, path, path, "--map", "model=agent,instance_id=task,resolved=ok,cost_usd=fees,api_calls=steps",
+    code, r = run_json(capsys, path, path,
+                       "--map", "model=agent,instance_id=task,resolved=ok,cost_usd=fees,api_calls=steps",
                        "--baseline-agent", "GPT-5 mini (2025-08-07) (medium reasoning)",
                        "--candidate-agent", "GPT-5 (2025-08-07) (medium reasoning)", "--ks", "1", "--slice-by", "repo",
                        "--resamples", "2000")

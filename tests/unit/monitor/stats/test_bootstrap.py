@@ -74,7 +74,7 @@ def test_callable_statistic_equals_named_one():
 
 
 def test_huge_shift_gives_p_zero_and_identical_arms_give_zero_effect():
-    baseline, candidate = _paired_data(6, 80, 0.0)
+    baseline, _candidate = _paired_data(6, 80, 0.0)
     shifted = paired_bootstrap(baseline, baseline + 100.0, n_resamples=2000)
     assert shifted.p_value == 0.0
     assert shifted.low > 99.0
@@ -161,11 +161,13 @@ def test_ratio_with_zero_denominators_is_infinite_not_nan():
         (lambda: paired_bootstrap([1.0], [1.0, 2.0]), "equal lengths (aligned by unit), got 1 and 2"),
         (lambda: paired_bootstrap([1.0, np.nan], [1.0, 2.0]), "baseline must be finite, got nan at index 1"),
         (lambda: paired_bootstrap([[1.0]], [[1.0]]), "baseline must be a 1-D array"),
-        (lambda: paired_bootstrap([1.0], [1.0], statistic="mode"), "statistic must be 'mean', 'median' or a callable, got 'mode'"),
+        (lambda: paired_bootstrap([1.0], [1.0], statistic="mode"),
+         "statistic must be 'mean', 'median' or a callable, got 'mode'"),
         (lambda: paired_bootstrap([1.0], [1.0], n_resamples=0), "n_resamples must be an integer >= 1, got 0"),
         (lambda: paired_bootstrap([1.0], [1.0], confidence=0), "confidence must be a number in (0, 1), got 0"),
         (lambda: paired_bootstrap([1.0], [1.0], seed=-2), "seed must be an integer >= 0 or None, got -2"),
-        (lambda: paired_bootstrap([1.0, 2.0], [1.0, 3.0], statistic=lambda x, axis: x), "statistic must reduce along `axis`"),
+        (lambda: paired_bootstrap([1.0, 2.0], [1.0, 3.0], statistic=lambda x, axis: x),
+         "statistic must reduce along `axis`"),
         (lambda: bootstrap_mean_ci([1.0, np.inf]), "values_per_task must be finite, got inf at index 1"),
         (lambda: bootstrap_ratio_ci([1.0, -1.0], [1.0, 1.0]), "numerators_per_task must be >= 0, got -1.0 at index 1"),
         (lambda: bootstrap_ratio_ci([1.0], [1.0, 1.0]), "must have equal lengths, got 1 and 2"),

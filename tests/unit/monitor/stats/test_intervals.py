@@ -1,6 +1,7 @@
 """Rate intervals against statsmodels' proportion_confint, plus the house rules."""
 
 import math
+from typing import Any, cast  # cast(Any, ...): a wrong type on purpose, to test the runtime check
 
 import numpy as np
 import pytest
@@ -21,8 +22,8 @@ def _random_counts(seed: int, size: int = 300) -> list[tuple[int, int]]:
     rng = np.random.default_rng(seed)
     cases = [(0, 1), (1, 1), (0, 7), (7, 7), (0, 1000), (1000, 1000), (1, 2), (3, 10_000)]
     for _ in range(size):
-        n = int(rng.choice([rng.integers(1, 30), rng.integers(30, 5000)]))
-        successes = int(rng.choice([0, n, rng.integers(0, n + 1)]))
+        n = int(rng.choice([int(rng.integers(1, 30)), int(rng.integers(30, 5000))]))
+        successes = int(rng.choice([0, n, int(rng.integers(0, n + 1))]))
         cases.append((successes, n))
     return cases
 
@@ -98,7 +99,7 @@ def test_numpy_integers_are_accepted():
         (lambda: wilson_interval(7, 5), "successes must be an integer in [0, n], got 7 with n=5"),
         (lambda: wilson_interval(-1, 5), "successes must be an integer in [0, n], got -1 with n=5"),
         (lambda: wilson_interval(1, -5), "n must be an integer >= 0, got -5"),
-        (lambda: wilson_interval(1.5, 5), "successes must be an integer in [0, n], got 1.5"),
+        (lambda: wilson_interval(cast(Any, 1.5), 5), "successes must be an integer in [0, n], got 1.5"),
         (lambda: clopper_pearson_interval(True, 5), "successes must be an integer"),
         (lambda: wilson_interval(1, 5, confidence=1.0), "confidence must be a number in (0, 1), got 1.0"),
         (lambda: clopper_pearson_interval(1, 5, confidence=95), "confidence must be a number in (0, 1), got 95"),

@@ -1,6 +1,7 @@
 """BH and Holm against statsmodels bit-for-bit; e-BH against brute force."""
 
 import itertools
+from typing import Any, cast  # cast(Any, ...): a wrong type on purpose, to test the runtime check
 
 import numpy as np
 import pytest
@@ -114,7 +115,7 @@ def test_empty_input_gives_empty_arrays():
     [
         (lambda: benjamini_hochberg([0.1, 1.2]), "p_values must be numbers in [0, 1], got 1.2 at index 1"),
         (lambda: holm([np.nan]), "p_values must be numbers in [0, 1], got nan at index 0"),
-        (lambda: holm([[0.1]]), "p_values must be 1-D, got shape (1, 1)"),
+        (lambda: holm(cast(Any, [[0.1]])), "p_values must be 1-D, got shape (1, 1)"),
         (lambda: benjamini_hochberg([0.1], alpha=0), "alpha must be a number in (0, 1), got 0"),
         (lambda: e_benjamini_hochberg([1.0, -0.5]), "e_values must be numbers >= 0, got -0.5 at index 1"),
         (lambda: e_benjamini_hochberg([1.0], alpha=1.5), "alpha must be a number in (0, 1), got 1.5"),

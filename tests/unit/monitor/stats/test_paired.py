@@ -1,6 +1,7 @@
 """McNemar against statsmodels and scipy.stats.binomtest."""
 
 import math
+from typing import Any, cast  # cast(Any, ...): a wrong type on purpose, to test the runtime check
 
 import numpy as np
 import pytest
@@ -77,10 +78,12 @@ def test_from_outcomes_counts_discordant_pairs():
     [
         (lambda: mcnemar(3, 4, 6), "n must be an integer >= b + c, got n=6 with b=3, c=4"),
         (lambda: mcnemar(-1, 4, 6), "b must be an integer >= 0, got -1"),
-        (lambda: mcnemar(1, 2.5, 6), "c must be an integer >= 0, got 2.5"),
+        (lambda: mcnemar(1, cast(Any, 2.5), 6), "c must be an integer >= 0, got 2.5"),
         (lambda: mcnemar_from_outcomes([True], [True, False]), "equal lengths (one entry per pair), got 1 and 2"),
-        (lambda: mcnemar_from_outcomes([True, 2], [True, False]), "baseline must contain only booleans (or 0/1), got 2 at index 1"),
-        (lambda: mcnemar_from_outcomes([True], ["yes"]), "candidate must contain only booleans (or 0/1), got 'yes' at index 0"),
+        (lambda: mcnemar_from_outcomes(cast(Any, [True, 2]), [True, False]),
+         "baseline must contain only booleans (or 0/1), got 2 at index 1"),
+        (lambda: mcnemar_from_outcomes([True], cast(Any, ["yes"])),
+         "candidate must contain only booleans (or 0/1), got 'yes' at index 0"),
     ],
 )
 def test_errors_name_the_argument_and_value(call, message):

@@ -3,6 +3,7 @@
 import itertools
 import math
 from fractions import Fraction
+from typing import Any, cast  # cast(Any, ...): a wrong type on purpose, to test the runtime check
 
 import pytest
 
@@ -86,10 +87,10 @@ def test_empty_task_set_is_nan():
         (lambda: pass_hat_k(3, 4, 2), "c must be an integer in [0, n], got 4 with n=3"),
         (lambda: pass_at_k(3, -1, 2), "c must be an integer >= 0, got -1"),
         (lambda: pass_at_k(3, 1, 0), "k must be an integer >= 1, got 0"),
-        (lambda: pass_hat_k(3.0, 1, 1), "n must be an integer >= 0, got 3.0"),
+        (lambda: pass_hat_k(cast(Any, 3.0), 1, 1), "n must be an integer >= 0, got 3.0"),
         (lambda: mean_pass_at_k([(10, 2), (2, 1), (9, 9)], 3), "n must be >= k, got n=2 with k=3 (task 1)"),
         (lambda: mean_pass_hat_k([(10, 2), (9, 11)], 3), "c must be an integer in [0, n], got 11 with n=9 (task 1)"),
-        (lambda: mean_pass_hat_k([(10, 2), 5], 3), "per_task[1] must be a pair (n, c), got 5"),
+        (lambda: mean_pass_hat_k(cast(Any, [(10, 2), 5]), 3), "per_task[1] must be a pair (n, c), got 5"),
         (lambda: mean_pass_at_k([], 0), "k must be an integer >= 1, got 0"),
     ],
 )

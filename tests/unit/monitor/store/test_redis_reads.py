@@ -9,12 +9,13 @@ import orjson
 import pytest
 
 from monitor.aggregate import FLOAT_FIELDS, Aggregate, health
-from monitor.exporter.families import HEALTH_GAUGES, QUANTILES, window_figures
-from monitor.store.redis.reads import SpanReader
-from monitor.store.redis.wire import decode_hash, parse_flat
+from monitor.exporter.families import HEALTH_GAUGES, QUANTILES
+from monitor.exporter.figures import window_figures
 from monitor.fold import fold
 from monitor.slices import Slicer
 from monitor.store.memory import MemoryStore
+from monitor.store.redis.reads import SpanReader
+from monitor.store.redis.wire import decode_hash, parse_flat
 from tests.support.traces import NOW, PRICES, make_traces
 
 

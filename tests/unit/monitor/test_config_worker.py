@@ -1,10 +1,11 @@
-"""Worker settings: flag > environment > config file > default."""
+"""Worker settings ([worker] and the streaming flags): flag > environment > config file > default."""
 
 import argparse
 
 import pytest
 
-from streams.settings import add_connection_flags, add_pipeline_flags, settings_from
+from monitor.cli.worker_flags import add_connection_flags, add_pipeline_flags, settings_from
+from monitor.config import ConfigError, load
 
 
 def parse(argv, environ=None):
@@ -48,7 +49,7 @@ def test_bad_values_name_the_setting():
         parse(["--dimensions", "tenant,tenant"])
     with pytest.raises(ValueError, match="window retention"):
         parse(["--minute-retention", "soon"])
-    with pytest.raises(ValueError, match="kafka.bootstrap"):
+    with pytest.raises(ValueError, match=r"kafka\.bootstrap"):
         parse([], {"FLEETMON_KAFKA_BOOTSTRAP": "no-port"})
 
 
@@ -62,3 +63,23 @@ def test_pairing_follows_the_config_and_can_be_turned_off():
     assert parse([], {"FLEETMON_ALERTS_PAIR_TTL": "30m"}).pair_ttl_seconds == 1800
     assert parse(["--pair-ttl", "2h"]).pair_ttl_seconds == 7200
     assert parse(["--no-pairing"]).pair_ttl_seconds is None
+
+
+def test_the_worker_section_of_the_file_is_read_and_the_environment_and_flags_win(tmp_path):
+    path = tmp_path / "fleetmon.toml"
+    path.write_text("[worker]\nbatch_max_records = 500\nnative = false\nsession_timeout = 4.5\n")
+    s = parse(["--config", str(path)])
+    assert (s.batch_max_records, s.native, s.session_timeout_seconds) == (500, False, 4.5)
+    s = parse(["--config", str(path)], {"FLEETMON_WORKER_BATCH_MAX_RECORDS": "600", "FLEETMON_WORKER_NATIVE": "on"})
+    assert (s.batch_max_records, s.native) == (600, True)
+    assert parse(["--config", str(path), "--batch-max-records", "7"], {}).batch_max_records == 7
+
+
+def test_an_empty_worker_variable_is_ignored_and_a_bad_file_value_is_named(tmp_path):
+    assert parse([], {"FLEETMON_WORKER_PARTITIONS": ""}).partitions == 4
+    path = tmp_path / "fleetmon.toml"
+    path.write_text("[worker]\npartitions = 0\n")
+    with pytest.raises(ConfigError, match=r"worker\.partitions must be a number > 0, got 0"):
+        load(path, env={})
+    with pytest.raises(ValueError, match="--batch-within-seconds: batch within must be a number > 0"):
+        parse(["--batch-within", "0"])

@@ -1,0 +1,110 @@
+"""The Redis key layout of the aggregate store: every key family, named once.
+
+Every user builds its keys here: the store's writes and reads, the Lua scripts
+(:mod:`monitor.store.redis.scripts`, which take key names or prefixes from
+these constants), the exporter's reads and ``fleetmon rebuild``'s patterns.
+Key layout (``P`` = key prefix, default ``fleetmon``):
+
+========================================  =========================================
+``P:w:<res>:<start>:<slice id>``          hash, window aggregate (EXPIREAT window end + retention)
+``P:wc:<res>:<bucket>:<slice id>``        hash, window start → its ``traces`` (EXPIREAT as the bucket's last window)
+``P:t:<slice id>``                        hash, cumulative per-slice totals
+``P:slices``                              zset, slice id → latest event time
+``P:counters``                            hash, ``traces``, ``dlq``, ``late``, ``folded:<dim>``
+``P:offsets``                             hash, ``<topic>:<partition>`` → last applied offset
+``P:dims:<dim>``                          set, admitted values of a slice dimension
+``P:x:<name>``                            hash, additive extras (paired evidence per comparison)
+``P:pending:<topic>:<partition>``         hash, pair_id → the half of a shadow pair still waiting
+``P:state:<name>``                        string, JSON state (the alert engine's lifecycle)
+========================================  =========================================
+
+Window and totals hashes hold an aggregate's fields (:meth:`monitor.aggregate.Aggregate.to_dict`);
+their ``traces`` field (:data:`VERSION_FIELD`) grows with every write, so readers use a totals hash's
+as the slice's version. ``<bucket>`` is the window start aligned down to :data:`COUNT_BUCKET_WINDOWS`
+windows; a count field equals the ``traces`` of its window hash (both written by one atomic apply).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from monitor.windows import Resolution
+
+WINDOW = "w"
+WINDOW_COUNTS = "wc"
+TOTALS = "t"
+SLICES = "slices"
+COUNTERS = "counters"
+OFFSETS = "offsets"
+DIMS = "dims"
+PAIRED = "x"
+PENDING = "pending"
+STATE = "state"
+
+#: The field of a window or totals hash that counts its traces: a slice's version for readers.
+VERSION_FIELD = "traces"
+
+#: Windows per count hash (``P:wc:...``): an hour of minute windows, 60 hours of hour windows.
+COUNT_BUCKET_WINDOWS = 60
+
+
+def family_pattern(family: str) -> str:
+    """The glob (after ``P:``) matching every key of a multi-key ``family``."""
+    return f"{family}:*"
+
+
+def count_bucket(resolution: Resolution, start: int) -> int:
+    """The first window start of the count hash holding window ``start``."""
+    span = resolution.size_seconds * COUNT_BUCKET_WINDOWS
+    return start - start % span
+
+
+def last_window_of_bucket(resolution: Resolution, bucket: int) -> int:
+    """The start of the last window a count hash can hold: it expires with that window."""
+    return bucket + (COUNT_BUCKET_WINDOWS - 1) * resolution.size_seconds
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """The key names under one prefix (see the module docstring); no escaping: prefixes are plain text."""
+
+    prefix: str = "fleetmon"
+
+    def window(self, resolution: str, start: int, sid: str) -> str:
+        return f"{self.prefix}:{WINDOW}:{resolution}:{start}:{sid}"
+
+    def window_counts(self, resolution: str, bucket: int, sid: str) -> str:
+        """The count hash (window start → traces) of ``sid``'s windows in ``bucket``."""
+        return f"{self.prefix}:{WINDOW_COUNTS}:{resolution}:{bucket}:{sid}"
+
+    def totals(self, sid: str) -> str:
+        return f"{self.prefix}:{TOTALS}:{sid}"
+
+    def slices(self) -> str:
+        return f"{self.prefix}:{SLICES}"
+
+    def counters(self) -> str:
+        return f"{self.prefix}:{COUNTERS}"
+
+    def offsets(self) -> str:
+        return f"{self.prefix}:{OFFSETS}"
+
+    def dims(self, dim: str) -> str:
+        return f"{self.prefix}:{DIMS}:{dim}"
+
+    def paired_base(self) -> str:
+        """What every ``x:`` key starts with; the rest is the extra's name."""
+        return f"{self.prefix}:{PAIRED}:"
+
+    def paired(self, name: str) -> str:
+        return f"{self.paired_base()}{name}"
+
+    def pending(self, source: str | None) -> str:
+        return f"{self.prefix}:{PENDING}:{source or ''}"
+
+    def state(self, name: str) -> str:
+        return f"{self.prefix}:{STATE}:{name}"
+
+    def everything(self) -> str:
+        """The glob of every key under the prefix."""
+        return f"{self.prefix}:*"

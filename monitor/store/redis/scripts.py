@@ -1,0 +1,259 @@
+"""Every Lua script the project runs on Redis, with the contract of its KEYS, ARGV and reply.
+
+Scripts touch only keys passed in KEYS or built from prefixes passed in ARGV; the
+family names and hash fields they need come from :mod:`monitor.store.redis.layout`
+(substituted once, at import). Each script is atomic: one snapshot, all or nothing.
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+from monitor.aggregate import FLOAT_FIELDS, LATENCY_PREFIX
+from monitor.sketch import ZERO_KEY
+from monitor.store.redis import layout
+
+#: The float fields of an aggregate, in the order the fetch script returns them.
+FLOATS = tuple(sorted(FLOAT_FIELDS))
+
+#: The fetch script's per-slice mode: send the whole totals hash, or only its float fields.
+WHOLE_TOTALS, TOTALS_FLOATS = "whole", "floats"
+
+
+def _lua(text: str) -> str:
+    """``text`` with ``$name`` replaced by the layout's names (Lua itself never uses ``$``)."""
+    return Template(text).substitute(
+        version=layout.VERSION_FIELD, offsets=layout.OFFSETS, latency=LATENCY_PREFIX,
+        latency_length=len(LATENCY_PREFIX), latency_zero=LATENCY_PREFIX + ZERO_KEY,
+        whole=WHOLE_TOTALS, floats=", ".join(f"'{name}'" for name in FLOATS))
+
+
+# KEYS[1]: the offsets hash, KEYS[2]: the slices zset. ARGV[1]: JSON [[source, first, last], ...];
+# ARGV[2]: the JSON of RedisStore.payload. Returns {0, source, watermark} (refused, nothing written:
+# a source's watermark is at or past its first offset) or {1} (applied, every watermark advanced).
+APPLY = """
+local ranges = cjson.decode(ARGV[1])
+for _, r in ipairs(ranges) do
+  local mark = redis.call('HGET', KEYS[1], r[1])
+  if mark and tonumber(mark) >= tonumber(r[2]) then
+    return {0, r[1], mark}
+  end
+end
+local ops = cjson.decode(ARGV[2])
+-- one read and one write per hash (not one HINCRBY per field: twice the
+-- cost on listpack hashes); sums are exact below 2^53, as HINCRBY's are
+for key, fields in pairs(ops.ints) do
+  local floats = ops.floats[key]
+  local flat = redis.call('HGETALL', key)
+  for j = 1, #flat, 2 do
+    local name = flat[j]
+    local add = fields[name]
+    if add then
+      fields[name] = string.format('%.0f', tonumber(flat[j + 1]) + tonumber(add))
+    elseif floats and floats[name] then
+      floats[name] = string.format('%.17g', tonumber(flat[j + 1]) + tonumber(floats[name]))
+    end
+  end
+  local args = {}
+  local n = 0
+  for f, v in pairs(fields) do args[n + 1] = f; args[n + 2] = v; n = n + 2 end
+  if floats then
+    for f, v in pairs(floats) do args[n + 1] = f; args[n + 2] = v; n = n + 2 end
+    ops.floats[key] = nil
+  end
+  for j = 1, n, 4000 do  -- unpack stays far below Lua's stack limit
+    redis.call('HSET', key, unpack(args, j, math.min(j + 3999, n)))
+  end
+end
+for key, fields in pairs(ops.floats) do
+  for f, v in pairs(fields) do redis.call('HINCRBYFLOAT', key, f, v) end
+end
+for key, at in pairs(ops.expire_at) do redis.call('EXPIREAT', key, at) end
+for member, score in pairs(ops.last_seen) do redis.call('ZADD', KEYS[2], 'GT', score, member) end
+for key, waiting in pairs(ops.pending) do
+  for _, field in ipairs(waiting.stop) do redis.call('HDEL', key, field) end
+  for field, value in pairs(waiting.start) do redis.call('HSET', key, field, value) end
+end
+for _, r in ipairs(ranges) do redis.call('HSET', KEYS[1], r[1], r[3]) end
+return {1}
+"""
+
+# KEYS: the hashes of every group, in order; ARGV: each group's number of keys. Returns per
+# group the field-wise sum of its hashes as [field, value, ...] (values printed with 17 digits).
+MERGE = """
+local out = {}
+local pos = 1
+for g = 1, #ARGV do
+  local n = tonumber(ARGV[g])
+  local sum = {}
+  for i = pos, pos + n - 1 do
+    local flat = redis.call('HGETALL', KEYS[i])
+    for j = 1, #flat, 2 do
+      sum[flat[j]] = (sum[flat[j]] or 0) + tonumber(flat[j + 1])
+    end
+  end
+  pos = pos + n
+  local group = {}
+  for f, v in pairs(sum) do
+    group[#group + 1] = f
+    group[#group + 1] = string.format('%.17g', v)
+  end
+  out[#out + 1] = group
+end
+return out
+"""
+
+# KEYS[1]: a dimension's admitted set; ARGV: the value, the cap. Returns 1 (admitted) or 0.
+ADMIT = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end
+if redis.call('SCARD', KEYS[1]) < tonumber(ARGV[2]) then redis.call('SADD', KEYS[1], ARGV[1]); return 1 end
+return 0
+"""
+
+# KEYS: per slice its totals hash, then its count hashes (one per bucket). ARGV[1]:
+# the number of buckets B; ARGV[2..B+1]: how many of the wanted window starts
+# fall in each bucket; then those starts, in order; then per slice the version
+# the reader holds ('' = read the counts anyway). Returns per slice 0 (version
+# unchanged) or {version, "count count ..."}, one count per wanted start (0 when
+# absent).
+COUNTS = _lua("""
+local call, tonumber, unpack = redis.call, tonumber, unpack
+local buckets = tonumber(ARGV[1])
+local fields, a = {}, 2 + buckets
+for b = 1, buckets do
+  local n = tonumber(ARGV[1 + b])
+  fields[b] = {}
+  for i = 1, n do fields[b][i] = ARGV[a + i - 1] end
+  a = a + n
+end
+local out = {}
+local k = 1
+for v = a, #ARGV do
+  local version = call('HGET', KEYS[k], '$version') or '0'
+  if version == ARGV[v] then
+    out[#out + 1] = 0
+  else
+    local parts = {}
+    for b = 1, buckets do
+      local counts = call('HMGET', KEYS[k + b], unpack(fields[b]))
+      for i = 1, #counts do parts[#parts + 1] = counts[i] or '0' end
+    end
+    out[#out + 1] = {version, table.concat(parts, ' ')}
+  end
+  k = k + 1 + buckets
+end
+return out
+""")
+
+# A hash as one string: the JSON array [field, value, ...] of its fields but the
+# sketch buckets, a newline (JSON escapes its own), then "index count ..." of the
+# latency:<index> buckets, most of a totals hash and much faster parsed as numbers.
+ENCODE = _lua("""
+local call, sub, tonumber = redis.call, string.sub, tonumber
+local function encode(flat)
+  local plain, buckets = {}, {}
+  for j = 1, #flat, 2 do
+    local f = flat[j]
+    if sub(f, 1, $latency_length) == '$latency' and f ~= '$latency_zero' then
+      buckets[#buckets + 1] = sub(f, $latency_length + 1)
+      buckets[#buckets + 1] = flat[j + 1]
+    else
+      plain[#plain + 1] = f
+      plain[#plain + 1] = flat[j + 1]
+    end
+  end
+  return cjson.encode(plain) .. '\\n' .. table.concat(buckets, ' ')
+end
+""")
+
+# KEYS: per slice its totals hash, then its window hashes. ARGV: per slice the
+# number of windows, then WHOLE_TOTALS (send the whole totals) or TOTALS_FLOATS
+# (only its float fields, space-separated, '' where absent). Returns per slice
+# {version, totals part, window 1, ...}: one snapshot, as a script is atomic.
+FETCH = ENCODE + _lua("""
+local out = {}
+local k, a = 1, 1
+while a <= #ARGV do
+  local n = tonumber(ARGV[a])
+  local group = {call('HGET', KEYS[k], '$version') or '0'}
+  if ARGV[a + 1] == '$whole' then
+    group[2] = encode(call('HGETALL', KEYS[k]))
+  else
+    local floats = call('HMGET', KEYS[k], $floats)
+    for i = 1, #floats do floats[i] = floats[i] or '' end
+    group[2] = table.concat(floats, ' ')
+  end
+  for i = 1, n do group[2 + i] = encode(call('HGETALL', KEYS[k + i])) end
+  out[#out + 1] = group
+  k = k + 1 + n
+  a = a + 2
+end
+return out
+""")
+
+# KEYS: totals hashes; ARGV: the version the reader holds per hash ('' = read it
+# anyway). Returns per hash 0 (version unchanged) or {version, encoded hash}.
+TOTALS = ENCODE + _lua("""
+local out = {}
+for i = 1, #KEYS do
+  local version = call('HGET', KEYS[i], '$version') or '0'
+  if version == ARGV[i] then
+    out[i] = 0
+  else
+    out[i] = {version, encode(call('HGETALL', KEYS[i]))}
+  end
+end
+return out
+""")
+
+# ``fleetmon rebuild``'s swap. ARGV: live prefix, fresh prefix, topic, JSON of the replaced
+# family patterns, JSON of the replaced single keys, the two prefixes glob-escaped. Returns
+# {0, source, live watermark, rebuilt watermark} (the rebuild is behind: nothing changed) or
+# {1, keys moved, partitions}.
+SWAP = _lua("""
+local live, fresh, topic = ARGV[1], ARGV[2], ARGV[3]
+local live_offsets = live .. ':$offsets'
+local fresh_offsets = fresh .. ':$offsets'
+-- 1. the rebuilt watermark must be at or past the live one, partition by partition
+local marks = redis.call('HGETALL', live_offsets)
+for i = 1, #marks, 2 do
+  if string.sub(marks[i], 1, #topic + 1) == topic .. ':' then
+    local mine = redis.call('HGET', fresh_offsets, marks[i])
+    if (not mine) or tonumber(mine) < tonumber(marks[i + 1]) then
+      return {0, marks[i], marks[i + 1], mine or ''}
+    end
+  end
+end
+local function collect(prefix, patterns)
+  local seen, keys = {}, {}
+  for _, pattern in ipairs(patterns) do
+    local cursor = '0'
+    repeat
+      local page = redis.call('SCAN', cursor, 'MATCH', prefix .. pattern, 'COUNT', 1000)
+      cursor = page[1]
+      for _, k in ipairs(page[2]) do
+        if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
+      end
+    until cursor == '0'
+  end
+  return keys
+end
+local patterns, singles = cjson.decode(ARGV[4]), cjson.decode(ARGV[5])
+-- 2. drop the live families (SCAN patterns use the glob-escaped prefixes)
+for _, k in ipairs(collect(ARGV[6] .. ':', patterns)) do redis.call('UNLINK', k) end
+for _, name in ipairs(singles) do redis.call('UNLINK', live .. ':' .. name) end
+-- 3. rename the rebuilt ones over them (RENAME keeps each window's TTL)
+local fresh_keys = collect(ARGV[7] .. ':', patterns)
+for _, name in ipairs(singles) do
+  if redis.call('EXISTS', fresh .. ':' .. name) == 1 then fresh_keys[#fresh_keys + 1] = fresh .. ':' .. name end
+end
+for _, k in ipairs(fresh_keys) do redis.call('RENAME', k, live .. string.sub(k, #fresh + 1)) end
+-- 4. this topic's watermarks: replace them, keep other sources' fields
+for i = 1, #marks, 2 do
+  if string.sub(marks[i], 1, #topic + 1) == topic .. ':' then redis.call('HDEL', live_offsets, marks[i]) end
+end
+local mine = redis.call('HGETALL', fresh_offsets)
+for i = 1, #mine, 2 do redis.call('HSET', live_offsets, mine[i], mine[i + 1]) end
+redis.call('UNLINK', fresh_offsets)
+return {1, #fresh_keys, #mine / 2}
+""")
