@@ -109,11 +109,10 @@ class PartitionBatch:
     @property
     def latest_ts(self) -> float | None:
         """The latest event time of the part's traces (None without traces)."""
-        latest = self.native_latest
-        for trace in self.traces:
-            if latest is None or trace.ts > latest:  # type: ignore[operator]
-                latest = trace.ts
-        return latest
+        times = [trace.ts for trace in self.traces if trace.ts is not None]
+        if self.native_latest is not None:
+            times.append(self.native_latest)
+        return max(times) if times else None
 
 
 @dataclass(slots=True)

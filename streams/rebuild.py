@@ -91,8 +91,8 @@ def swap(client: redis.Redis, live_prefix: str, fresh_prefix: str, topic: str) -
                          json.dumps(list(REPLACED_KEYS)), glob_escape(live_prefix), glob_escape(fresh_prefix))
     if int(result[0]) == 1:
         return SwapResult(True, int(result[1]), int(result[2]))
-    behind = tuple(x.decode() if isinstance(x, bytes) else str(x) for x in result[1:4])
-    return SwapResult(False, behind=behind)  # type: ignore[arg-type]
+    source, live, rebuilt = (x.decode() if isinstance(x, bytes) else str(x) for x in result[1:4])
+    return SwapResult(False, behind=(source, live, rebuilt))
 
 
 def drop_prefix(client: redis.Redis, prefix: str, topic: str) -> int:
@@ -133,7 +133,7 @@ async def rebuild(settings: WorkerSettings, *, progress: Any = None) -> dict[str
         if result.swapped:
             outcome.update(keys_moved=result.keys_moved, partitions=result.partitions)
             return True
-        log.info("live watermark of %s is ahead (%s > %s); consuming further", *result.behind)  # type: ignore[misc]
+        log.info("live watermark of %s is ahead (%s > %s); consuming further", *(result.behind or ("?", "?", "?")))
         targets.clear()
         return False
 
