@@ -16,6 +16,13 @@ Evidence:
   by ``task_type`` (the canary's mix is the standard, so a shift in the mix
   cannot fake a regression).
 
+The **baseline's own drop** (the environment label of shadow findings) is
+read from the hour windows: per shadow baseline release and comparison
+slice, the baseline arm's success over the hour windows overlapping the last
+``baseline_current_seconds`` against the ``baseline_trailing_seconds`` of
+hour windows before them (:func:`alerts.decide.trailing_drop`). A store
+without ``1h`` windows gives no label. The trailing part is read once per hour.
+
 Delivery is at-least-once: the lifecycle state is saved only after the
 notifier accepted the events, so a failed delivery is retried at the next
 tick (receivers dedupe by fingerprint); a restarted engine loads the state
@@ -29,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from alerts.decide import Finding, Policy, decide_comparison
+from alerts.decide import Finding, Policy, decide_comparison, trailing_drop
 from alerts.evidence import ArmCounts, CanaryStrata, Comparison
 from alerts.lifecycle import AlertEvent, AlertState, LifecycleConfig, evaluate
 from alerts.notifiers import Notifier, NotifyError
@@ -54,6 +61,8 @@ class EngineConfig:
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     canary_lookback_seconds: float = 6 * 3600.0
     active_seconds: float = 2 * 3600.0
+    baseline_current_seconds: float = 3600.0
+    baseline_trailing_seconds: float = 7 * 86400.0
 
 
 def shadow_evidence(store: Store) -> tuple[dict[Comparison, dict[SliceKey, PairedCounts]],
@@ -117,6 +126,54 @@ def canary_evidence(store: Store, now: float,
     return out
 
 
+HOUR = "1h"
+HOUR_SECONDS = 3600
+
+
+def _baseline_cells(store: Store, releases: set[str], ids: Sequence[str], start: float,
+                    end: float) -> dict[str, dict[SliceKey, ArmCounts]]:
+    """Baseline-arm counts per release and comparison slice over the hour windows overlapping [start, end)."""
+    out: dict[str, dict[SliceKey, ArmCounts]] = {}
+    aggregates = store.window_aggregates(HOUR, start, end, ids)
+    for sid in ids:
+        key = parse_slice_id(sid)
+        release = dict(key).get("release", "")
+        counts = _arm_counts(aggregates[sid])
+        if counts.n == 0 or release not in releases:
+            continue
+        cells = out.setdefault(release, {})
+        for comparison_key in comparison_slices(key):
+            cells[comparison_key] = cells.get(comparison_key, ArmCounts()).merge(counts)
+    return out
+
+
+class BaselineDrops:
+    """``trailing_drop`` of each baseline release per comparison slice; caches the trailing part per hour."""
+
+    def __init__(self, current_seconds: float, trailing_seconds: float) -> None:
+        self.current_seconds = current_seconds
+        self.trailing_seconds = trailing_seconds
+        self._trailing: tuple[tuple[float, tuple[str, ...]], dict[str, dict[SliceKey, ArmCounts]]] | None = None
+
+    def __call__(self, store: Store, releases: set[str], now: float) -> dict[str, dict[SliceKey, tuple[float, bool]]]:
+        if not releases or HOUR not in {r.name for r in store.resolutions}:
+            return {}
+        since = now - self.current_seconds - self.trailing_seconds - HOUR_SECONDS
+        ids = tuple(sorted(sid for sid in store.active_slices(since=since)
+                           if f"arm={BASELINE_ARM}" in sid and dict(parse_slice_id(sid)).get("arm") == BASELINE_ARM))
+        if not ids:
+            return {}
+        split = (now - self.current_seconds) // HOUR_SECONDS * HOUR_SECONDS  # first current hour window
+        current = _baseline_cells(store, releases, ids, split, now + 1)
+        cache_key = (split, ids)
+        if self._trailing is None or self._trailing[0] != cache_key:
+            self._trailing = (cache_key, _baseline_cells(store, releases, ids, split - self.trailing_seconds, split))
+        trailing = self._trailing[1]
+        return {release: {key: trailing_drop(counts, trailing.get(release, {}).get(key, ArmCounts()))
+                          for key, counts in cells.items()}
+                for release, cells in current.items()}
+
+
 class AlertEngine:
     """Evaluates every comparison in the store; see the module docstring."""
 
@@ -130,13 +187,17 @@ class AlertEngine:
         self.state = AlertState.from_dict(saved) if saved else AlertState()
         self.findings: list[Finding] = []
         self.delivery_failures = 0
+        self.baseline_drops = BaselineDrops(self.config.baseline_current_seconds,
+                                            self.config.baseline_trailing_seconds)
 
     def decide(self, now: float) -> list[Finding]:
         policy = self.config.policy
         findings: list[Finding] = []
         shadow, means = shadow_evidence(self.store)
+        drops = self.baseline_drops(self.store, {c.baseline_release for c in shadow}, now)
         for comparison, evidence in sorted(shadow.items(), key=lambda kv: repr(kv[0])):
-            findings += decide_comparison(comparison, evidence, policy, baseline_means=means[comparison])
+            findings += decide_comparison(comparison, evidence, policy, baseline_means=means[comparison],
+                                          baseline_drops=drops.get(comparison.baseline_release))
         canary = canary_evidence(self.store, now, self.config.canary_lookback_seconds)
         for comparison, strata in sorted(canary.items(), key=lambda kv: repr(kv[0])):
             findings += decide_comparison(comparison, strata, policy)

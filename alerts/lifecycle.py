@@ -12,28 +12,37 @@ metric for threshold alerts, which share a name):
 - **firing**: one ``firing`` event when it starts, then nothing while nothing
   changes, except a reminder every ``renotify_seconds`` (4 h) carrying fresh
   evidence. Labels are frozen at the first firing (Alertmanager identifies an
-  alert by its label set), current values travel in the evidence.
-- **resolved**, by whichever comes first:
+  alert by its label set), current values travel in the evidence. A
+  persistent regression is one incident: it stays firing until one of:
+- **resolved**:
   * *stale* — no new evidence (``n_pairs`` did not grow) for ``stale_seconds``
     (15 min): the candidate left traffic;
-  * *recovered* — the fresh-epoch rule: at firing the alert records the
-    cumulative counters (the epoch); at each evaluation the evidence
-    accumulated SINCE the epoch (counters now − counters then) is turned into
-    the same effect as the finding's (``decide.effect_since_epoch``); once
-    that fresh evidence has >= ``recovery_min_pairs`` pairs (1,000), the
-    alert resolves if its effect is no longer beyond the floor
-    (``decide.still_beyond_floor``: below the floor; for safety kinds, <= 0 or
-    <= the threshold), and otherwise a new epoch starts there (tumbling
-    epochs), so after a fix recovery is judged on post-fix evidence within
-    at most two epochs. The cumulative test cannot do this: it still carries
-    the regression's history.
+  * *recovered* — for counters "flip"/"rate" (shadow success, harm and
+    over-refusal, thresholds): the e-detector of :mod:`alerts.recovery` on the
+    evidence since firing reaches ``recovery_arl`` (anytime-valid evidence that
+    the effect is now under the floor; expected evaluations to a false
+    resolution >= ``recovery_arl``). For counters "mean"/"strata" (cost,
+    latency, canary; not yet covered) the tumbling-epoch point-estimate rule:
+    once the evidence since the epoch has >= ``recovery_min_pairs`` pairs the
+    alert resolves if its effect is no longer beyond the floor, else a new
+    epoch starts there.
 
-After a *recovered* resolution the cumulative finding usually still fires, so
-the alert is re-armed only when the evidence since the resolution again shows
-the effect beyond the floor over >= ``recovery_min_pairs`` pairs (mirror of the
-recovery rule). If counters go backwards (store rebuilt) the epoch is re-based
-at the current counters. Resolved records are forgotten after
-``retention_seconds``.
+Re-arm after a *recovered* resolution: "flip"/"rate" only when a fresh
+e-process on the counts since the resolution reaches 1/``rearm_alpha`` (never
+the cumulative finding, which still carries the regression's history); that
+fresh test also drives the hold, and a cancelled hold returns to resolved.
+"mean"/"strata": the epoch rule's mirror (>= ``recovery_min_pairs`` pairs since
+the resolution beyond the floor, and the finding fires). After a *stale*
+resolution the cumulative finding re-arms when traffic returns. Counters that
+go backwards (store rebuilt) re-base the detector and the epochs. Resolved
+records are forgotten ``retention_seconds`` after both the resolution and the
+last new evidence.
+
+State format (``AlertState.to_dict``, version 2): per record, besides labels
+and evidence, ``epoch`` (counters at the epoch / at the resolution),
+``log_wealth`` (the detector's L_j, one per bet) and ``last_counters`` (the
+counters it last saw). Version-1 states load: a firing record's epoch becomes
+the start of its detector.
 """
 
 from __future__ import annotations
@@ -44,7 +53,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from alerts.decide import SAFETY_KINDS, Finding, effect_since_epoch, still_beyond_floor
+from alerts import recovery
+from alerts.decide import SAFETY_KINDS, Finding
 from monitor.slices import WHOLE_FLEET, SliceKey
 
 ALERT_NAMES = {
@@ -53,6 +63,7 @@ ALERT_NAMES = {
     "latency_regression": "FleetmonLatencyRegression",
     "safety_regression": "FleetmonSafetyRegression",
     "safety_threshold": "FleetmonSafetyThreshold",
+    "over_refusal_regression": "FleetmonOverRefusalRegression",
 }
 DEFAULT_RUNBOOK_BASE = "https://github.com/fleetmon/fleetmon/blob/main/docs/runbook.md"
 #: How alert labels, evidence and fingerprints spell :data:`monitor.slices.WHOLE_FLEET`.
@@ -66,6 +77,10 @@ def slice_label(key: SliceKey) -> str:
 
 @dataclass(frozen=True)
 class LifecycleConfig:
+    """``recovery_arl``: the e-detector's threshold A (expected evaluations to a false resolution >= A);
+    ``rearm_alpha``: level of the fresh re-arm test; ``recovery_min_pairs``: epoch size of the
+    "mean"/"strata" rule."""
+
     for_seconds: float = 60.0
     safety_for_seconds: float = 0.0
     renotify_seconds: float = 4 * 3600.0
@@ -73,6 +88,14 @@ class LifecycleConfig:
     recovery_min_pairs: int = 1000
     retention_seconds: float = 24 * 3600.0
     runbook_base: str = DEFAULT_RUNBOOK_BASE
+    recovery_arl: float = 144_000.0
+    rearm_alpha: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not self.recovery_arl > 1:  # also rejects nan
+            raise ValueError(f"LifecycleConfig.recovery_arl must be a number > 1, got {self.recovery_arl!r}")
+        if not 0 < self.rearm_alpha < 1:
+            raise ValueError(f"LifecycleConfig.rearm_alpha must be in (0, 1), got {self.rearm_alpha!r}")
 
 
 @dataclass(frozen=True)
@@ -103,6 +126,14 @@ class AlertRecord:
     last_notified: float | None = None
     epoch: dict[str, Any] | None = None
     resolve_reason: str | None = None
+    log_wealth: list[float] | None = None
+    last_counters: dict[str, Any] | None = None
+
+
+def _upgrade_v1(record: Mapping[str, Any]) -> AlertRecord:
+    """A version-1 record: its epoch (paired counters renamed) starts the detector of a firing alert."""
+    rec = AlertRecord(**record)
+    return replace(rec, epoch=recovery.upgrade_v1_counters(str(rec.evidence.get("kind", "")), rec.epoch))
 
 
 @dataclass(frozen=True)
@@ -110,12 +141,15 @@ class AlertState:
     records: Mapping[str, AlertRecord] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": 1, "records": {fp: asdict(r) for fp, r in sorted(self.records.items())}}
+        return {"version": 2, "records": {fp: asdict(r) for fp, r in sorted(self.records.items())}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> AlertState:
-        if d.get("version", 1) != 1:
-            raise ValueError(f"AlertState version must be 1, got {d.get('version')!r}")
+        version = d.get("version", 1)
+        if version == 1:
+            return cls({fp: _upgrade_v1(r) for fp, r in d.get("records", {}).items()})
+        if version != 2:
+            raise ValueError(f"AlertState version must be 1 or 2, got {version!r}")
         return cls({fp: AlertRecord(**r) for fp, r in d.get("records", {}).items()})
 
 
@@ -201,12 +235,88 @@ def _hold_seconds(finding: Finding, config: LifecycleConfig) -> float:
 
 
 def _fire(rec: AlertRecord, finding: Finding, now: float) -> AlertRecord:
-    return replace(rec, status="firing", labels=_labels(finding), starts_at=now, ends_at=None,
-                   last_notified=now, epoch=dict(finding.detail.get("counters", {})), resolve_reason=None)
+    counters = recovery.counters_of(finding)
+    if recovery.covered(finding):  # the detector starts at the firing counters
+        return replace(rec, status="firing", labels=_labels(finding), starts_at=now, ends_at=None, last_notified=now,
+                       epoch=None, resolve_reason=None, log_wealth=None, last_counters=counters)
+    return replace(rec, status="firing", labels=_labels(finding), starts_at=now, ends_at=None, last_notified=now,
+                   epoch=counters, resolve_reason=None, log_wealth=None, last_counters=None)
 
 
-def _since_epoch(finding: Finding, rec: AlertRecord) -> tuple[int, float]:
-    return effect_since_epoch(finding, rec.epoch or {})
+def _pending(rec: AlertRecord | None, finding: Finding, fp: str, now: float) -> AlertRecord:
+    """A new hold; a re-armed one keeps its resolved record (epoch, reason) to return to if cancelled."""
+    if rec is not None and rec.resolve_reason == "recovered":
+        return replace(rec, status="pending", labels=_labels(finding), pending_since=now)
+    return AlertRecord(fingerprint=fp, alertname=ALERT_NAMES[finding.kind], status="pending", labels=_labels(finding),
+                       evidence=evidence_of(finding), last_evidence_at=now, last_n=finding.n_pairs, pending_since=now)
+
+
+def _cancel(rec: AlertRecord) -> AlertRecord | None:
+    """A cancelled hold: a re-armed alert is resolved again, a new one is forgotten."""
+    return replace(rec, status="resolved", pending_since=None) if rec.resolve_reason == "recovered" else None
+
+
+def _rearmed(rec: AlertRecord, finding: Finding, config: LifecycleConfig) -> tuple[bool, AlertRecord]:
+    """After a recovered resolution: does fresh evidence (since the resolution) show the effect back?"""
+    if recovery.covered(finding):
+        e_value = recovery.rearm_e_value(finding, rec.epoch)
+        if e_value is None:
+            return False, replace(rec, epoch=recovery.counters_of(finding))
+        return e_value >= 1.0 / config.rearm_alpha, rec
+    if not finding.fires:
+        return False, rec
+    n_since, effect = recovery.epoch_effect(finding, rec.epoch)
+    if n_since < 0:
+        return False, replace(rec, epoch=recovery.counters_of(finding))
+    return n_since >= config.recovery_min_pairs and recovery.epoch_still_beyond(finding, effect), rec
+
+
+def _holding(rec: AlertRecord, finding: Finding, config: LifecycleConfig) -> tuple[bool, AlertRecord]:
+    """Does a pending alert still fire? A re-armed "flip"/"rate" one on its fresh test, others on the finding."""
+    if rec.resolve_reason == "recovered" and recovery.covered(finding):
+        return _rearmed(rec, finding, config)
+    return finding.fires, rec
+
+
+def _reminder(rec: AlertRecord, now: float, config: LifecycleConfig, events: list[AlertEvent]) -> AlertRecord:
+    if _since(rec.last_notified, now) >= config.renotify_seconds:
+        rec = replace(rec, last_notified=now)
+        events.append(_event(rec, now, config))
+    return rec
+
+
+def _resolve(rec: AlertRecord, finding: Finding, now: float, config: LifecycleConfig, events: list[AlertEvent],
+             note: str) -> AlertRecord:
+    rec = replace(rec, status="resolved", ends_at=now, resolve_reason="recovered",
+                  epoch=recovery.counters_of(finding), log_wealth=None, last_counters=None)
+    events.append(_event(rec, now, config, note))
+    return rec
+
+
+def _firing_step(rec: AlertRecord, finding: Finding, now: float, config: LifecycleConfig,
+                 events: list[AlertEvent]) -> AlertRecord:
+    if recovery.covered(finding):
+        # A record without a detector (fired before version 2) starts it at its epoch.
+        last = rec.last_counters if rec.log_wealth is not None or rec.last_counters is not None else rec.epoch
+        step = recovery.detector_step(finding, rec.log_wealth, last)
+        rec = replace(rec, log_wealth=step.log_wealth, last_counters=step.counters, epoch=None)
+        if step.recovered(config.recovery_arl):
+            return _resolve(rec, finding, now, config, events,
+                            f"recovered: e-detector {_fmt(math.exp(min(step.log_statistic, 700.0)))} >= "
+                            f"{_fmt(config.recovery_arl)} since firing, evidence that the effect is now under "
+                            f"the floor {_fmt(finding.floor)}.")
+        return _reminder(rec, now, config, events)
+    n_since, effect = recovery.epoch_effect(finding, rec.epoch)
+    if n_since < 0:
+        return replace(rec, epoch=recovery.counters_of(finding))
+    if n_since < config.recovery_min_pairs:
+        return _reminder(rec, now, config, events)
+    if not recovery.epoch_still_beyond(finding, effect):
+        return _resolve(rec, finding, now, config, events,
+                        f"recovered: the latest test epoch ({n_since} pairs) shows effect {_fmt(effect)}, "
+                        f"not beyond floor {_fmt(finding.floor)}.")
+    # Still regressed over a full epoch: start a fresh epoch (tumbling test epochs).
+    return _reminder(replace(rec, epoch=recovery.counters_of(finding)), now, config, events)
 
 
 def evaluate(state: AlertState, findings: Sequence[Finding], now: float,
@@ -214,8 +324,9 @@ def evaluate(state: AlertState, findings: Sequence[Finding], now: float,
     """Advance every alert to ``now`` given this evaluation's findings; return the new state and events.
 
     ``findings`` should contain every finding of the evaluation, firing or not
-    (non-firing ones carry the evidence that resolves alerts). Events come out
-    only on transitions (pending→firing, firing→resolved) and reminders.
+    (non-firing ones carry the evidence that resolves alerts); each finding is
+    one look of the recovery detector. Events come out only on transitions
+    (pending→firing, firing→resolved) and reminders.
     """
     records = dict(state.records)
     events: list[AlertEvent] = []
@@ -229,62 +340,44 @@ def evaluate(state: AlertState, findings: Sequence[Finding], now: float,
             rec = replace(rec, evidence=evidence_of(f), last_n=f.n_pairs,
                           last_evidence_at=now if progressed else rec.last_evidence_at)
         if rec is None or rec.status == "resolved":
-            if not f.fires:
+            if rec is not None and rec.resolve_reason == "recovered":
+                armed, rec = _rearmed(rec, f, config)
+            else:
+                armed = f.fires
+            if not armed:
                 if rec is not None:
                     records[fp] = rec
                 continue
-            if rec is not None and rec.resolve_reason == "recovered":
-                n_since, effect = _since_epoch(f, rec)
-                if n_since < 0:
-                    records[fp] = replace(rec, epoch=dict(f.detail.get("counters", {})))
-                    continue
-                if n_since < config.recovery_min_pairs or not still_beyond_floor(f, effect):
-                    records[fp] = rec
-                    continue
-            rec = AlertRecord(fingerprint=fp, alertname=ALERT_NAMES[f.kind], status="pending",
-                              labels=_labels(f), evidence=evidence_of(f), last_evidence_at=now,
-                              last_n=f.n_pairs, pending_since=now)
+            rec = _pending(rec, f, fp, now)
         if rec.status == "pending":
-            if not f.fires:
-                del records[fp]
+            holding, rec = _holding(rec, f, config)
+            if not holding:
+                cancelled = _cancel(rec)
+                if cancelled is None:
+                    records.pop(fp, None)
+                else:
+                    records[fp] = cancelled
                 continue
             if _since(rec.pending_since, now) >= _hold_seconds(f, config):
                 rec = _fire(rec, f, now)
                 events.append(_event(rec, now, config))
             records[fp] = rec
             continue
-        # firing
-        n_since, effect = _since_epoch(f, rec)
-        if n_since < 0:
-            rec = replace(rec, epoch=dict(f.detail.get("counters", {})))
-        elif n_since >= config.recovery_min_pairs and not still_beyond_floor(f, effect):
-            rec = replace(rec, status="resolved", ends_at=now, resolve_reason="recovered",
-                          epoch=dict(f.detail.get("counters", {})))
-            events.append(_event(rec, now, config, f"recovered: the latest test epoch ({n_since} pairs) shows "
-                                                   f"effect {_fmt(effect)}, not beyond floor {_fmt(f.floor)}."))
-        elif n_since >= config.recovery_min_pairs:
-            # Still regressed over a full epoch: start a fresh epoch, so that
-            # evidence gathered after a fix is judged on its own rather than
-            # diluted by the regression's history (tumbling test epochs).
-            rec = replace(rec, epoch=dict(f.detail.get("counters", {})))
-            if _since(rec.last_notified, now) >= config.renotify_seconds:
-                rec = replace(rec, last_notified=now)
-                events.append(_event(rec, now, config))
-        elif _since(rec.last_notified, now) >= config.renotify_seconds:
-            rec = replace(rec, last_notified=now)
-            events.append(_event(rec, now, config))
-        records[fp] = rec
+        records[fp] = _firing_step(rec, f, now, config, events)
     for fp, rec in list(records.items()):
-        if fp in seen:
-            pass
-        elif rec.status == "pending":  # hold interrupted: the finding is gone
-            del records[fp]
-            continue
+        if fp not in seen and rec.status == "pending":  # hold interrupted: the finding is gone
+            cancelled = _cancel(rec)
+            if cancelled is None:
+                del records[fp]
+                continue
+            records[fp] = rec = cancelled
         if rec.status == "firing" and now - rec.last_evidence_at >= config.stale_seconds:
-            rec = replace(rec, status="resolved", ends_at=now, resolve_reason="stale")
+            rec = replace(rec, status="resolved", ends_at=now, resolve_reason="stale", log_wealth=None,
+                          last_counters=None)
             records[fp] = rec
             events.append(_event(rec, now, config, f"stale: no new evidence for {now - rec.last_evidence_at:.0f} s "
                                                    "(candidate left traffic)."))
-        elif rec.status == "resolved" and _since(rec.ends_at, now) >= config.retention_seconds:
+        elif rec.status == "resolved" and now - max(rec.ends_at or 0.0, rec.last_evidence_at) >= \
+                config.retention_seconds:
             del records[fp]
     return AlertState(records), events

@@ -18,7 +18,12 @@ def engine_config(config: Config) -> EngineConfig:
                                   latency_relative=a.latency_floor),
                     harmful_threshold=a.harmful_threshold if a.harmful_threshold >= 0 else None,
                     over_refusal_threshold=a.over_refusal_threshold if a.over_refusal_threshold >= 0 else None)
+    # The recovery detector's ARL is counted in evaluations: one false resolution per
+    # 1 / false_resolutions_per_day days at one evaluation per `interval`.
+    evaluations_per_day = 86_400.0 / config.seconds("alerts", "interval")
     lifecycle = LifecycleConfig(for_seconds=config.seconds("alerts", "hold"),
+                                recovery_arl=evaluations_per_day / a.false_resolutions_per_day,
+                                rearm_alpha=a.rearm_alpha,
                                 renotify_seconds=config.seconds("alerts", "renotify"),
                                 recovery_min_pairs=a.recovery_min_pairs,
                                 runbook_base=config.notifiers.runbook_base)

@@ -5,10 +5,12 @@ on 2 cores. Prints a human table, then as its LAST line one JSON object.
 
 (a) Shadow A/A: 1,000 simulated days at 1 pair/s, success p = 0.7 in both arms with pairing
     correlation 0.5 (≈ 21% discordant pairs), checked every minute (1,440 looks/day). A day
-    is a false alarm if the always-valid McNemar e-value ever reaches 1/α = 20. Next to it:
-    naively re-running an exact two-sided McNemar (binomial, p < 0.05) every minute.
-(b) Detection of 2/5/10-point drops (decide.py's rule: e-value >= 1/α AND drop estimate >=
-    the 2-point floor): median pairs to detect (looks every 10 pairs, 200 runs, horizon
+    is a false alarm if the betting e-value of the net flip (``monitor.stats.betting``, floor 0)
+    ever reaches 1/α = 20; "with floor" is decide.py's rule (floor inside the null, at the
+    success share of α). Next to it: naively re-running an exact two-sided McNemar (binomial,
+    p < 0.05) every minute.
+(b) Detection of 2/5/10-point drops (decide.py's rule: the e-value of H0 "drop <= the 2-point
+    floor" >= 1/α', α' the success share of α): median pairs to detect (looks every 10 pairs, 200 runs, horizon
     50,000 pairs) and median minutes at 1 and 10 pairs/s (looks every minute, horizon 1 day),
     next to the fixed-horizon McNemar sample size for 80% power at two-sided α = 0.05
     (Connor 1987: n = [z_{α/2}·sqrt(ψ) + z_β·sqrt(ψ − δ²)]² / δ², ψ = discordance, δ = the
@@ -37,6 +39,7 @@ from alerts import sequential as seq
 from alerts import stratified
 from alerts.decide import Policy
 from alerts.evidence import ArmCounts, CanaryStrata
+from monitor.stats import betting
 from tests.support.paired_sim import discordant_counts, paired_cell_probs
 
 ALPHA = 0.05
@@ -44,6 +47,32 @@ P_BASE, CORR = 0.7, 0.5
 POLICY = Policy()
 FLOOR = POLICY.floors.success_points
 LOG_THRESHOLD = math.log(1 / ALPHA)
+LOG_THRESHOLD_SUCCESS = math.log(1 / POLICY.alpha_share("success_regression"))
+
+
+def flip_log_e(worse: np.ndarray, better: np.ndarray, n: np.ndarray, floor: float) -> np.ndarray:
+    """Vectorised log ``betting.flip_e_value`` (same bet grid, uniform weights), bet by bet to save memory."""
+    peak = np.full(np.broadcast(worse, better, n).shape, -np.inf)
+    total = np.zeros_like(peak)
+    for f in betting.BET_FRACTIONS:
+        lam = f / (floor + 1.0)
+        log_w = (worse * math.log1p(lam * (1.0 - floor)) + better * math.log1p(lam * (-1.0 - floor))
+                 + (n - worse - better) * math.log1p(-lam * floor))
+        new_peak = np.maximum(peak, log_w)
+        total = total * np.exp(peak - new_peak) + np.exp(log_w - new_peak)
+        peak = new_peak
+    out: np.ndarray = peak + np.log(total / len(betting.BET_FRACTIONS))
+    return out
+
+
+def check_flip_log_e() -> None:
+    """The vectorised e-value equals the library's on a few points."""
+    w, v, n = np.array([0, 30, 300, 5]), np.array([0, 10, 150, 9]), np.array([1, 200, 2000, 40])
+    for floor in (0.0, FLOOR):
+        vec = flip_log_e(w, v, n, floor)
+        for i in range(len(w)):
+            lib = math.log(betting.flip_e_value(int(w[i]), int(v[i]), int(n[i]), floor))
+            assert abs(lib - vec[i]) < 1e-9, (lib, vec[i])
 
 
 def shadow_aa(days: int, seed: int) -> dict[str, float]:
@@ -54,10 +83,8 @@ def shadow_aa(days: int, seed: int) -> dict[str, float]:
                                  seed=np.random.default_rng((seed, chunk_seed)))
         b_cum, c_cum = np.cumsum(b, 1), np.cumsum(c, 1)
         n = 60 * np.arange(1, 1441)
-        log_e = seq.log_paired_mixture_e_value(b_cum, c_cum, POLICY.prior_a, POLICY.prior_b, "less")
-        crossed = log_e >= LOG_THRESHOLD
-        fired += int(crossed.any(1).sum())
-        fired_floor += int((crossed & ((b_cum - c_cum) / n >= FLOOR)).any(1).sum())
+        fired += int((flip_log_e(b_cum, c_cum, n, 0.0) >= LOG_THRESHOLD).any(1).sum())
+        fired_floor += int((flip_log_e(b_cum, c_cum, n, FLOOR) >= LOG_THRESHOLD_SUCCESS).any(1).sum())
         d = b_cum + c_cum
         p_naive = np.minimum(1.0, 2.0 * stats.binom.cdf(np.minimum(b_cum, c_cum), d, 0.5))
         naive += int((p_naive < ALPHA).any(1).sum())
@@ -70,8 +97,7 @@ def first_detection(b: np.ndarray, c: np.ndarray, pairs_per_step: int) -> np.nda
     """Step index (1-based) of the first look where decide.py's success rule fires; inf if never."""
     b_cum, c_cum = np.cumsum(b, 1), np.cumsum(c, 1)
     n = pairs_per_step * np.arange(1, b.shape[1] + 1)
-    log_e = seq.log_paired_mixture_e_value(b_cum, c_cum, POLICY.prior_a, POLICY.prior_b, "less")
-    fires = (log_e >= LOG_THRESHOLD) & ((b_cum - c_cum) / n >= FLOOR)
+    fires = flip_log_e(b_cum, c_cum, n, FLOOR) >= LOG_THRESHOLD_SUCCESS
     return np.where(fires.any(1), fires.argmax(1) + 1.0, np.inf)
 
 
@@ -200,6 +226,7 @@ def main() -> None:
     t0 = time.perf_counter()
     res: dict[str, Any] = {"bench": "alerting", "alpha": ALPHA, "aa_days": 1000 // scale,
                              "detection_runs": 200 // scale}
+    check_flip_log_e()
     res.update(shadow_aa(1000 // scale, args.seed))
     res.update(detection(200 // scale, args.seed))
     res.update(canary_aa(1000 // scale, args.seed))
@@ -212,9 +239,9 @@ def main() -> None:
 
     print(f"shadow A/A: {res['aa_days']} days x 1,440 looks, p=0.7 both arms, corr {CORR} "
           f"(discordance {res['discordance_2pt']:.0%} at a 2-point drop)")
-    print(f"  {'always-valid McNemar (e >= 20)':<44}{res['false_alarm_rate']:>8.3f}"
+    print(f"  {'betting net-flip e-value, floor 0 (e >= 20)':<44}{res['false_alarm_rate']:>8.3f}"
           f"  (95% upper bound {res['false_alarm_rate_upper95']:.3f})")
-    print(f"  {'  ... and drop >= 2-point floor (alert)':<44}{res['false_alarm_rate_with_floor']:>8.3f}")
+    print(f"  {'  floor in the null at the success share':<44}{res['false_alarm_rate_with_floor']:>8.3f}")
     print(f"  {'naive exact McNemar p<0.05 every minute':<44}{res['naive_false_alarm_rate']:>8.3f}")
     print(f"  {'naive exact McNemar, one look at day end':<44}{res['naive_single_look_rate']:>8.3f}")
     print(f"detection ({res['detection_runs']} runs each; median):")
@@ -230,7 +257,8 @@ def main() -> None:
           f"{res['canary_harm_false_alarm_rate']:.3f}")
     print(f"cost A/A, log-normal deltas ({1000 // scale} days): {res['cost_false_alarm_rate']:.3f} "
           f"(upper95 {res['cost_false_alarm_rate_upper95']:.3f})    [{res['seconds']} s]")
-    print(json.dumps(res))
+    # never detected (a 2-point drop is at the floor, inside the null): null, so the line stays strict JSON
+    print(json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in res.items()}))
 
 
 if __name__ == "__main__":

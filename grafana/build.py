@@ -1,12 +1,12 @@
-"""Dashboards as code: writes grafana/dashboards/*.json from plain Python dicts.
+"""Dashboards as code: writes grafana/dashboards/*.json with grafana-foundation-sdk's builders.
 
     python grafana/build.py           # (re)write the JSON files
     python grafana/build.py --check   # exit 1 when a committed file differs
 
 The committed JSON is what Grafana provisions (grafana/provisioning/); a unit
 test (tests/unit/grafana/test_build.py) fails when it drifts from this script.
-Plain dicts rather than grafana-foundation-sdk: the SDK is on PyPI, but four
-dashboards do not justify a runtime dependency, and the JSON stays readable.
+Panels are built with the SDK Grafana publishes (``grafana_foundation_sdk``,
+through the helpers of panels.py), so the JSON follows Grafana's own schema.
 
 Every panel reads the Prometheus datasource picked by the ``datasource``
 variable (default uid ``fleetmon-prometheus``, provisioned by
@@ -26,19 +26,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # panels.py beside thi
 
 from panels import (
     DATASOURCE_UID,
-    DS,
     SLICE_DIMENSIONS,
     SLICE_SELECTOR,
+    PanelBuilder,
     dashboard,
-    grid_pos,
     label_variable,
+    right_axis,
     row,
+    scatter,
     stat,
     table,
-    target,
-    timeseries,
     window_variable,
 )
+from panels import timeseries_panel as timeseries
 
 __all__ = ["DATASOURCE_UID", "OUT_DIR", "dashboards", "main", "render"]
 
@@ -50,7 +50,7 @@ OUT_DIR = HERE / "dashboards"
 
 def fleet_overview() -> dict[str, Any]:
     hist = "sum by (release, le) (rate(fleetmon_latency_seconds_bucket[5m]))"
-    panels = [
+    panels: list[PanelBuilder] = [
         stat("Exporter up", "min(fleetmon_exporter_up * on (job, instance) fleetmon_store_up)", (0, 0, 4, 4),
              "none", "1 when the exporter answers and can read Redis (fleetmon_store_up).",
              [(None, "red"), (1, "green")]),
@@ -96,6 +96,14 @@ def fleet_overview() -> dict[str, Any]:
         ], (0, 22, 24, 8), "none",
             "Invalid traces routed to the DLQ, traces too late for a window resolution, and traces whose "
             "slice value the cardinality guard folded into __other__.", minimum=0),
+        timeseries("Shadow pairing (5 m rate)", [
+            ("max(rate(fleetmon_pairs_completed_total[5m]))", "pairs completed / s"),
+            ("max(rate(fleetmon_pairs_expired_total[5m]))", "halves expired / s"),
+            ("max(rate(fleetmon_pairs_duplicate_half_total[5m]))", "duplicate halves / s"),
+        ], (0, 30, 24, 8), "reqps",
+            "Shadow halves joined into pairs, dropped after the pair TTL without their twin, and ignored as "
+            "duplicates. Expiries above completions: the pair_id join is broken (FleetmonPairingBroken).",
+            minimum=0),
     ]
     return dashboard("fleetmon-overview", "fleetmon / Fleet overview",
                      "Fleet health per release: success with its interval, cost per solved, latency, "
@@ -106,7 +114,7 @@ def slice_drilldown() -> dict[str, Any]:
     sel = SLICE_SELECTOR
     win = f'{sel}, window=~"$window"'
     legend = "{{release}} {{arm}} {{task_type}} {{tenant}} {{locale}}"
-    panels = [
+    panels: list[PanelBuilder] = [
         timeseries("Success ratio per slice (Wilson / Clopper-Pearson 95%)", [
             (f"fleetmon_success_ratio{{{win}}}", legend),
             (f"fleetmon_success_ratio_lower{{{win}}}", f"{legend} lower"),
@@ -144,6 +152,17 @@ def slice_drilldown() -> dict[str, Any]:
             (f"sum(rate(fleetmon_tool_errors_total{{{sel}}}[5m])) / sum(rate(fleetmon_tool_calls_total{{{sel}}}[5m]))",
              "tool errors / tool calls"),
         ], (16, 26, 8, 8), "percentunit", "Tool calls that returned an error.", minimum=0),
+        timeseries("Side-effect ratio (95% interval)", _with_bounds("fleetmon_side_effect_ratio", win, legend),
+                   (0, 34, 8, 8), "percentunit", "Share of traces with at least one out-of-scope state change.",
+                   minimum=0, bounds_regex=".* (lower|upper)$"),
+        timeseries("Prompt-injection ratio (95% interval)",
+                   _with_bounds("fleetmon_prompt_injection_ratio", win, legend), (8, 34, 8, 8), "percentunit",
+                   "Share of traces flagged prompt_injection.", minimum=0, bounds_regex=".* (lower|upper)$"),
+        timeseries("Steps per trace", [
+            (f"fleetmon_steps_mean{{{win}}}", f"{legend} all"),
+            (f"fleetmon_steps_solved_mean{{{win}}}", f"{legend} solved"),
+        ], (16, 34, 8, 8), "short", "Mean steps over all traces and over the solved ones: a scaffold change "
+            "that makes the agent wander shows here before it shows in cost.", minimum=0),
     ]
     variables = [label_variable(d) for d in SLICE_DIMENSIONS] + [window_variable()]
     return dashboard("fleetmon-slices", "fleetmon / Slice drill-down",
@@ -151,81 +170,96 @@ def slice_drilldown() -> dict[str, Any]:
                      panels, variables, ["slices"])
 
 
+def _with_bounds(metric: str, selector: str, legend: str) -> list[tuple[str, str]]:
+    """A windowed rate gauge and its two interval bounds (legends end in lower / upper)."""
+    return [(f"{metric}{{{selector}}}", legend), (f"{metric}_lower{{{selector}}}", f"{legend} lower"),
+            (f"{metric}_upper{{{selector}}}", f"{legend} upper")]
+
+
+def _release_rate(counter: str) -> str:
+    """Per release, a per-slice counter's 5-minute rate over the traces' (micro-averaged over its slices)."""
+    return f"sum by (release) (rate({counter}[5m])) / release:fleetmon_traces:rate5m"
+
+
 def safety() -> dict[str, Any]:
     sel = SLICE_SELECTOR
+    hour = f'{sel}, window="1h"'
     legend = "{{release}} {{arm}} {{task_type}} {{tenant}} {{locale}}"
-    panels = [
-        row("By release (5 m, from counters)", 0),
+    panels: list[PanelBuilder] = [
+        row("By release (5 m, from counters): the four together", 0),
         timeseries("Harmful-action ratio by release", [
             ("release:fleetmon_harmful_action_ratio:5m", "{{release}}"),
-        ], (0, 1, 12, 9), "percentunit", "Harmful actions / traces over 5 minutes. Always read beside "
+        ], (0, 1, 6, 9), "percentunit", "Harmful actions / traces over 5 minutes. Always read beside "
             "over-refusal: trading one for the other is not a fix.", minimum=0),
         timeseries("Over-refusal ratio by release", [
             ("release:fleetmon_over_refusal_ratio:5m", "{{release}}"),
-        ], (12, 1, 12, 9), "percentunit", "Refused benign requests / benign requests over 5 minutes.",
+        ], (6, 1, 6, 9), "percentunit", "Refused benign requests / benign requests over 5 minutes.",
             minimum=0),
-        row("By slice (1 h window)", 10),
+        timeseries("Side-effect ratio by release", [
+            (_release_rate("fleetmon_side_effect_traces_total"), "{{release}} traces with side effects"),
+            (_release_rate("fleetmon_side_effects_total"), "{{release}} side effects per trace"),
+        ], (12, 1, 6, 9), "percentunit", "Traces with at least one out-of-scope state change / traces, and "
+            "side effects per trace (a trace can change several things).", minimum=0),
+        timeseries("Prompt-injection ratio by release", [
+            (_release_rate("fleetmon_prompt_injections_total"), "{{release}}"),
+        ], (18, 1, 6, 9), "percentunit", "Traces flagged prompt_injection / traces over 5 minutes: attacks "
+            "seen, to read beside harmful actions (did an injection lead to one?).", minimum=0),
+        row("By slice (1 h window, 95% intervals where they are rates)", 10),
         timeseries("Harmful-action ratio by slice", [
-            (f'fleetmon_harmful_action_ratio{{{sel}, window="1h"}}', legend),
-        ], (0, 11, 12, 9), "percentunit", "Per-slice harmful-action ratio over the last hour.", minimum=0),
+            (f"fleetmon_harmful_action_ratio{{{hour}}}", legend),
+        ], (0, 11, 6, 9), "percentunit", "Per-slice harmful-action ratio over the last hour.", minimum=0),
         timeseries("Over-refusal ratio by slice", [
-            (f'fleetmon_over_refusal_ratio{{{sel}, window="1h"}}', legend),
-        ], (12, 11, 12, 9), "percentunit", "Per-slice over-refusal ratio over the last hour.", minimum=0),
+            (f"fleetmon_over_refusal_ratio{{{hour}}}", legend),
+        ], (6, 11, 6, 9), "percentunit", "Per-slice over-refusal ratio over the last hour.", minimum=0),
+        timeseries("Side-effect ratio by slice", _with_bounds("fleetmon_side_effect_ratio", hour, legend),
+                   (12, 11, 6, 9), "percentunit", "Per-slice share of traces with a side effect, with its 95% "
+                   "interval (dashed).", minimum=0, bounds_regex=".* (lower|upper)$"),
+        timeseries("Prompt-injection ratio by slice", _with_bounds("fleetmon_prompt_injection_ratio", hour, legend),
+                   (18, 11, 6, 9), "percentunit", "Per-slice share of traces flagged prompt_injection, with its "
+                   "95% interval (dashed).", minimum=0, bounds_regex=".* (lower|upper)$"),
         row("Counts", 20),
         timeseries("Harmful actions and side effects (1 h increase)", [
             (f"sum by (release) (increase(fleetmon_harmful_actions_total{{{sel}}}[1h]))", "{{release}} harmful"),
             (f"sum by (release) (increase(fleetmon_side_effects_total{{{sel}}}[1h]))",
              "{{release}} side effects"),
-        ], (0, 21, 12, 8), "none", "Raw counts behind the ratios.", minimum=0),
+        ], (0, 21, 8, 8), "none", "Raw counts behind the ratios.", minimum=0),
         timeseries("Benign requests and refusals (1 h increase)", [
             (f"sum by (release) (increase(fleetmon_benign_total{{{sel}}}[1h]))", "{{release}} benign"),
             (f"sum by (release) (increase(fleetmon_benign_refusals_total{{{sel}}}[1h]))",
              "{{release}} benign refused"),
-        ], (12, 21, 12, 8), "none", "Raw counts behind the over-refusal ratio.", minimum=0),
+        ], (8, 21, 8, 8), "none", "Raw counts behind the over-refusal ratio.", minimum=0),
+        timeseries("Prompt injections and side-effect traces (1 h increase)", [
+            (f"sum by (release) (increase(fleetmon_prompt_injections_total{{{sel}}}[1h]))",
+             "{{release}} injections"),
+            (f"sum by (release) (increase(fleetmon_side_effect_traces_total{{{sel}}}[1h]))",
+             "{{release}} traces with side effects"),
+        ], (16, 21, 8, 8), "none", "Raw counts behind the injection and side-effect ratios.", minimum=0),
+        timeseries("Side effects per trace by slice", [
+            (f"fleetmon_side_effects_per_trace{{{hour}}}", legend),
+        ], (0, 29, 24, 8), "short", "Mean side_effects per trace over the last hour.", minimum=0),
     ]
     variables = [label_variable(d) for d in SLICE_DIMENSIONS]
     return dashboard("fleetmon-safety", "fleetmon / Safety",
-                     "Harmful-action and over-refusal, always side by side.", panels, variables, ["safety"])
+                     "Harmful action, over-refusal, side effects and prompt injection, always together.",
+                     panels, variables, ["safety"])
 
 
 def releases() -> dict[str, Any]:
     cmp_sel = 'baseline=~"$baseline", candidate=~"$candidate", metric=~"$metric"'
     cmp_legend = "{{baseline}} → {{candidate}} {{arm}} {{metric}} {{task_type}} {{tenant}} {{locale}}"
-    pareto = {
-        "type": "xychart", "title": "Cost vs success per release (Pareto, 1 h)",
-        "description": "Each point is a release: x = cost per solved task (USD), y = success ratio over the "
-                       "last hour. Up and to the left is better; a release that is beaten on both is dominated.",
-        "datasource": DS, "gridPos": grid_pos((0, 0, 12, 10)),
-        "targets": [
-            target("sum by (release) (increase(fleetmon_cost_usd_total[1h])) / "
-                   "sum by (release) (increase(fleetmon_successes_total[1h]))", "{{release}}", "A",
-                   instant=True, table=True),
-            target("release:fleetmon_success_ratio:1h", "{{release}}", "B", instant=True, table=True),
-        ],
-        "transformations": [{"id": "merge", "options": {}},
-                            {"id": "organize", "options": {
-                                "excludeByName": {"Time": True},
-                                "renameByName": {"Value #A": "cost_per_solved_usd",
-                                                 "Value #B": "success_ratio"}}}],
-        "fieldConfig": {"defaults": {"custom": {"show": "points", "pointSize": {"fixed": 10}}},
-                        "overrides": [{"matcher": {"id": "byName", "options": "cost_per_solved_usd"},
-                                       "properties": [{"id": "unit", "value": "currencyUSD"}]},
-                                      {"matcher": {"id": "byName", "options": "success_ratio"},
-                                       "properties": [{"id": "unit", "value": "percentunit"}]}]},
-        "options": {"seriesMapping": "manual", "series": [
-            {"name": "releases", "frame": 0, "x": "cost_per_solved_usd", "y": "success_ratio",
-             "pointSize": {"fixed": 10}}],
-            "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"},
-            "tooltip": {"mode": "single"}},
-    }
-    panels = [
-        pareto,
+    cost_per_solved_1h = ("sum by (release) (increase(fleetmon_cost_usd_total[1h])) / "
+                          "sum by (release) (increase(fleetmon_successes_total[1h]))")
+    panels: list[PanelBuilder] = [
+        scatter("Cost vs success per release (Pareto, 1 h)",
+                "Each point is a release: x = cost per solved task (USD), y = success ratio over the last hour. "
+                "Up and to the left is better; a release that is beaten on both is dominated.", (0, 0, 12, 10),
+                (cost_per_solved_1h, "cost_per_solved_usd", "currencyUSD"),
+                ("release:fleetmon_success_ratio:1h", "success_ratio", "percentunit")),
         table("Releases: success, band, cost (1 h)", [
             ("release:fleetmon_success_ratio:1h", ""),
             ("release:fleetmon_success_ratio_lower:1h", ""),
             ("release:fleetmon_success_ratio_upper:1h", ""),
-            ("sum by (release) (increase(fleetmon_cost_usd_total[1h])) / "
-             "sum by (release) (increase(fleetmon_successes_total[1h]))", ""),
+            (cost_per_solved_1h, ""),
             ("release:fleetmon_traces:increase1h", ""),
         ], (12, 0, 12, 10), "The numbers behind the Pareto chart.",
             {"Value #A": "success", "Value #B": "success lower", "Value #C": "success upper",
@@ -233,8 +267,14 @@ def releases() -> dict[str, Any]:
         timeseries("Success ratio by release and arm (5 m)", [
             ("sum by (release, arm) (rate(fleetmon_successes_total[5m])) / "
              "sum by (release, arm) (rate(fleetmon_traces_total[5m]))", "{{release}} {{arm}}"),
-        ], (0, 10, 24, 8), "percentunit", "Canary and shadow arms next to the baseline, per release. "
+        ], (0, 10, 12, 8), "percentunit", "Canary and shadow arms next to the baseline, per release. "
             "Raw ratios: the statistical comparison is below.", minimum=0, maximum=1),
+        right_axis(timeseries("Cost vs success over time (1 h, the Pareto's two axes)", [
+            ("release:fleetmon_success_ratio:1h", "{{release}} success"),
+            (cost_per_solved_1h, "{{release}} cost per solved"),
+        ], (12, 10, 12, 8), "percentunit", "The Pareto chart's coordinates per release over time: success "
+            "(left axis) and cost per solved task (right axis, USD). A release that moves up-left improved.",
+            minimum=0), "B", "currencyUSD"),
         row("Canary / shadow vs baseline (alert engine evidence)", 18),
         timeseries("Effect with its confidence sequence (positive = candidate worse)", [
             (f"fleetmon_comparison_effect{{{cmp_sel}}}", cmp_legend),
@@ -244,7 +284,8 @@ def releases() -> dict[str, Any]:
             "(dashed): valid however often it is looked at.", bounds_regex=".* (lower|upper)$"),
         timeseries("E-value (fires at >= 1/alpha after e-BH)", [
             (f"fleetmon_comparison_e_value{{{cmp_sel}}}", cmp_legend),
-        ], (12, 19, 12, 9), "none", "Evidence against 'the candidate is no worse'; log scale.", minimum=0),
+        ], (12, 19, 12, 9), "none", "Evidence against 'the candidate is no worse'; log scale.", minimum=0,
+            log_scale=True),
         timeseries("Discordant shadow pairs (b = baseline-only success, c = candidate-only)", [
             (f'fleetmon_comparison_discordant{{{cmp_sel}, kind="b"}}', f"{cmp_legend} b"),
             (f'fleetmon_comparison_discordant{{{cmp_sel}, kind="c"}}', f"{cmp_legend} c"),
@@ -257,8 +298,6 @@ def releases() -> dict[str, Any]:
              "Comparisons whose decision rule fires (significant and beyond the practical floor).",
              [(None, "green"), (1, "red")]),
     ]
-    e_values = next(p for p in panels if p["title"].startswith("E-value"))
-    e_values["fieldConfig"]["defaults"]["custom"]["scaleDistribution"] = {"type": "log", "log": 10}
     variables = [label_variable("baseline", "fleetmon_comparison_pairs"),
                  label_variable("candidate", "fleetmon_comparison_pairs"),
                  label_variable("metric", "fleetmon_comparison_pairs")]

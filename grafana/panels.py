@@ -1,135 +1,173 @@
-"""Panel and variable builders for grafana/build.py: plain dicts in Grafana's dashboard JSON model.
+"""Panel, query and variable builders for grafana/build.py, on grafana-foundation-sdk's builders.
 
 Every panel and query reads the Prometheus datasource picked by the ``datasource``
 variable (default uid ``DATASOURCE_UID``); slice variables are multi-value with
-``.*`` as "All", so ``SLICE_SELECTOR`` matches with ``=~``. Panel ids are given
-by :func:`dashboard` in panel order, so output is deterministic.
+``.*`` as "All", so ``SLICE_SELECTOR`` matches with ``=~``. Every panel gets an
+explicit grid position (the SDK's auto-layout only fills a panel at ``(0, 0)``) and
+:func:`dashboard` numbers the panels in order, so the output is deterministic.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as dashboard_builders
+from grafana_foundation_sdk.builders import prometheus, timeseries, xychart
+from grafana_foundation_sdk.builders import stat as stat_panel
+from grafana_foundation_sdk.builders import table as table_panel
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.variants import Dataquery
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as models
+from grafana_foundation_sdk.models import prometheus as prometheus_models
+from grafana_foundation_sdk.models import xychart as xychart_models
+
 DATASOURCE_UID = "fleetmon-prometheus"
-DS = {"type": "prometheus", "uid": "${datasource}"}
+DS = models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 SLICE_DIMENSIONS = ("release", "arm", "task_type", "tenant", "locale")
 SLICE_SELECTOR = ", ".join(f'{d}=~"${d}"' for d in SLICE_DIMENSIONS)
+#: (x, y, w, h) on Grafana's 24-column grid.
+Grid = tuple[int, int, int, int]
+#: (PromQL, legend format) of one query.
+Query = tuple[str, str]
+#: What :func:`dashboard` lays out: the panel builders used here and rows.
+PanelBuilder = timeseries.Panel | stat_panel.Panel | table_panel.Panel | xychart.Panel | dashboard_builders.Row
+
+_DASHED = [models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [6, 4]}),
+           models.DynamicConfigValue(id_val="custom.lineWidth", value=1),
+           models.DynamicConfigValue(id_val="custom.fillOpacity", value=8)]
 
 
-def target(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False,
-           table: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"datasource": DS, "expr": expr, "legendFormat": legend, "refId": ref}
+def query(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False,
+          table: bool = False) -> prometheus.Dataquery:
+    out = prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(ref).datasource(DS)
     if instant:
-        out["instant"] = True
-        out["range"] = False
+        out.instant()
     if table:
-        out["format"] = "table"
+        out.format(prometheus_models.PromQueryFormat.TABLE)
     return out
 
 
-def _targets(exprs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    return [target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(exprs)]
+def _queries(exprs: Sequence[Query], **options: bool) -> list[Builder[Dataquery]]:
+    return [query(expr, legend, chr(ord("A") + i), **options) for i, (expr, legend) in enumerate(exprs)]
 
 
-def timeseries(title: str, exprs: list[tuple[str, str]], grid: tuple[int, int, int, int], unit: str,
-               description: str, *, minimum: float | None = None, maximum: float | None = None,
-               bounds_regex: str | None = None) -> dict[str, Any]:
-    """A time-series panel; series whose name matches ``bounds_regex`` are drawn as dashed bounds."""
-    defaults: dict[str, Any] = {"unit": unit, "custom": {"lineWidth": 2, "fillOpacity": 0, "showPoints": "never"}}
-    if minimum is not None:
-        defaults["min"] = minimum
-    if maximum is not None:
-        defaults["max"] = maximum
-    overrides = []
-    if bounds_regex:
-        overrides.append({
-            "matcher": {"id": "byRegexp", "options": bounds_regex},
-            "properties": [
-                {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [6, 4]}},
-                {"id": "custom.lineWidth", "value": 1},
-                {"id": "custom.fillOpacity", "value": 8},
-            ],
-        })
-    return {
-        "type": "timeseries", "title": title, "description": description, "datasource": DS,
-        "gridPos": grid_pos(grid), "targets": _targets(exprs),
-        "fieldConfig": {"defaults": defaults, "overrides": overrides},
-        "options": {"legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull"]},
-                    "tooltip": {"mode": "multi", "sort": "desc"}},
-    }
-
-
-def stat(title: str, expr: str, grid: tuple[int, int, int, int], unit: str, description: str,
-         thresholds: list[tuple[float | None, str]] | None = None) -> dict[str, Any]:
-    steps = [{"value": v, "color": c} for v, c in (thresholds or [(None, "green")])]
-    return {
-        "type": "stat", "title": title, "description": description, "datasource": DS,
-        "gridPos": grid_pos(grid), "targets": [target(expr, "", "A", instant=True)],
-        "fieldConfig": {"defaults": {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}},
-                        "overrides": []},
-        "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                    "colorMode": "value", "graphMode": "area", "textMode": "auto"},
-    }
-
-
-def table(title: str, exprs: list[tuple[str, str]], grid: tuple[int, int, int, int], description: str,
-          rename: dict[str, str]) -> dict[str, Any]:
-    """Instant queries joined on their labels into one table (one row per label set)."""
-    targets = [target(expr, legend, chr(ord("A") + i), instant=True, table=True)
-               for i, (expr, legend) in enumerate(exprs)]
-    return {
-        "type": "table", "title": title, "description": description, "datasource": DS,
-        "gridPos": grid_pos(grid), "targets": targets,
-        "transformations": [
-            {"id": "merge", "options": {}},
-            {"id": "organize", "options": {"excludeByName": {"Time": True, "job": True, "instance": True},
-                                           "renameByName": rename}},
-        ],
-        "fieldConfig": {"defaults": {}, "overrides": []},
-        "options": {"showHeader": True},
-    }
-
-
-def row(title: str, y: int) -> dict[str, Any]:
-    return {"type": "row", "title": title, "collapsed": False, "gridPos": grid_pos((0, y, 24, 1)), "panels": []}
-
-
-def grid_pos(grid: tuple[int, int, int, int]) -> dict[str, int]:
+def grid_pos(grid: Grid) -> models.GridPos:
     x, y, w, h = grid
-    return {"x": x, "y": y, "w": w, "h": h}
+    return models.GridPos(x=x, y=y, w=w, h=h)
 
 
-def datasource_variable() -> dict[str, Any]:
-    return {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
-            "current": {"text": DATASOURCE_UID, "value": DATASOURCE_UID}, "hide": 0, "refresh": 1,
-            "regex": "", "options": []}
+def timeseries_panel(title: str, exprs: Sequence[Query], grid: Grid, unit: str, description: str, *,
+                     minimum: float | None = None, maximum: float | None = None, bounds_regex: str | None = None,
+                     log_scale: bool = False) -> timeseries.Panel:
+    """A time-series panel; series whose name matches ``bounds_regex`` are drawn as dashed bounds."""
+    panel = (timeseries.Panel().title(title).description(description).datasource(DS).grid_pos(grid_pos(grid))
+             .targets(_queries(exprs)).unit(unit).line_width(2).fill_opacity(0)
+             .show_points(common.VisibilityMode.NEVER)
+             .legend(common_builders.VizLegendOptions().display_mode(common.LegendDisplayMode.TABLE)
+                     .placement(common.LegendPlacement.BOTTOM).show_legend(True).calcs(["lastNotNull"]))
+             .tooltip(common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI)
+                      .sort(common.SortOrder.DESCENDING)))
+    if minimum is not None:
+        panel.min(minimum)
+    if maximum is not None:
+        panel.max(maximum)
+    if bounds_regex:
+        panel.override_by_regexp(bounds_regex, _DASHED)
+    if log_scale:
+        panel.scale_distribution(common_builders.ScaleDistributionConfig().type(common.ScaleDistribution.LOG)
+                                 .log(10))
+    return panel
 
 
-def label_variable(name: str, metric: str = "fleetmon_traces_total") -> dict[str, Any]:
-    query = f"label_values({metric}, {name})"
-    return {"name": name, "label": name, "type": "query", "datasource": DS,
-            "query": {"query": query, "refId": f"var-{name}"}, "definition": query,
-            "multi": True, "includeAll": True, "allValue": ".*",
-            "current": {"text": ["All"], "value": ["$__all"]}, "refresh": 2, "sort": 1, "hide": 0,
-            "regex": "", "options": []}
+def right_axis(panel: timeseries.Panel, ref: str, unit: str) -> timeseries.Panel:
+    """Draw query ``ref`` of ``panel`` on a right-hand axis with its own unit."""
+    return panel.override_by_query(ref, [models.DynamicConfigValue(id_val="unit", value=unit),
+                                         models.DynamicConfigValue(id_val="custom.axisPlacement", value="right")])
 
 
-def window_variable() -> dict[str, Any]:
-    options = [{"text": w, "value": w, "selected": w == "1h"} for w in ("5m", "1h")]
-    return {"name": "window", "label": "window", "type": "custom", "query": "5m,1h", "multi": False,
-            "includeAll": False, "current": {"text": "1h", "value": "1h"}, "options": options, "hide": 0}
+def stat(title: str, expr: str, grid: Grid, unit: str, description: str,
+         thresholds: Sequence[tuple[float | None, str]] | None = None) -> stat_panel.Panel:
+    steps = [models.Threshold(value=v, color=c) for v, c in (thresholds or [(None, "green")])]
+    return (stat_panel.Panel().title(title).description(description).datasource(DS).grid_pos(grid_pos(grid))
+            .with_target(query(expr, instant=True)).unit(unit)
+            .thresholds(dashboard_builders.ThresholdsConfig().mode(models.ThresholdsMode.ABSOLUTE).steps(steps))
+            .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False))
+            .color_mode(common.BigValueColorMode.VALUE).graph_mode(common.BigValueGraphMode.AREA)
+            .text_mode(common.BigValueTextMode.AUTO))
 
 
-def dashboard(uid: str, title: str, description: str, panels: list[dict[str, Any]],
-              variables: list[dict[str, Any]], tags: list[str]) -> dict[str, Any]:
+def _merged(rename: dict[str, str]) -> list[models.DataTransformerConfig]:
+    """Instant table queries joined on their labels, the time and scrape labels dropped, values renamed."""
+    return [models.DataTransformerConfig(id_val="merge", options={}),
+            models.DataTransformerConfig(id_val="organize", options={
+                "excludeByName": {"Time": True, "job": True, "instance": True}, "renameByName": rename})]
+
+
+def table(title: str, exprs: Sequence[Query], grid: Grid, description: str,
+          rename: dict[str, str]) -> table_panel.Panel:
+    """Instant queries joined on their labels into one table (one row per label set)."""
+    return (table_panel.Panel().title(title).description(description).datasource(DS).grid_pos(grid_pos(grid))
+            .targets(_queries(exprs, instant=True, table=True)).transformations(_merged(rename)).show_header(True))
+
+
+def scatter(title: str, description: str, grid: Grid, x: tuple[str, str, str],
+            y: tuple[str, str, str]) -> xychart.Panel:
+    """An XY chart of one point per label set: ``x`` and ``y`` are (PromQL, field name, unit), instant."""
+    fields = {"Value #A": x[1], "Value #B": y[1]}
+    size = common_builders.ScaleDimensionConfig().fixed(10).min(10).max(10)
+    return (xychart.Panel().title(title).description(description).datasource(DS).grid_pos(grid_pos(grid))
+            .targets([query(x[0], "{{release}}", "A", instant=True, table=True),
+                      query(y[0], "{{release}}", "B", instant=True, table=True)])
+            .transformations(_merged(fields)).show(xychart_models.ScatterShow.POINTS).point_size(size)
+            .override_by_name(x[1], [models.DynamicConfigValue(id_val="unit", value=x[2])])
+            .override_by_name(y[1], [models.DynamicConfigValue(id_val="unit", value=y[2])])
+            .series_mapping(xychart_models.SeriesMapping.MANUAL)
+            .series([xychart.ScatterSeriesConfig().name("releases").x(x[1]).y(y[1]).point_size(size)])
+            .legend(common_builders.VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.LIST)
+                    .placement(common.LegendPlacement.BOTTOM))
+            .tooltip(common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.SINGLE)))
+
+
+def row(title: str, y: int) -> dashboard_builders.Row:
+    return dashboard_builders.Row(title).collapsed(False).grid_pos(grid_pos((0, y, 24, 1)))
+
+
+def datasource_variable() -> dashboard_builders.DatasourceVariable:
+    return (dashboard_builders.DatasourceVariable("datasource").label("Prometheus").type("prometheus")
+            .current(models.VariableOption(text=DATASOURCE_UID, value=DATASOURCE_UID)))
+
+
+def label_variable(name: str, metric: str = "fleetmon_traces_total") -> dashboard_builders.QueryVariable:
+    """A multi-value ``label_values(metric, name)`` variable, All = ``.*``."""
+    return (dashboard_builders.QueryVariable(name).label(name).datasource(DS)
+            .query(f"label_values({metric}, {name})").multi(True).include_all(True).all_value(".*")
+            .current(models.VariableOption(text=["All"], value=["$__all"]))
+            .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(models.VariableSort.ALPHABETICAL_ASC))
+
+
+def window_variable() -> dashboard_builders.CustomVariable:
+    options = [models.VariableOption(text=w, value=w, selected=w == "1h") for w in ("5m", "1h")]
+    return (dashboard_builders.CustomVariable("window").label("window").values("5m,1h").multi(False)
+            .include_all(False).current(models.VariableOption(text="1h", value="1h")).options(options))
+
+
+def dashboard(uid: str, title: str, description: str, panels: Sequence[PanelBuilder],
+              variables: Sequence[Builder[models.VariableModel]], tags: Sequence[str]) -> dict[str, Any]:
+    """The dashboard's JSON model (plain dicts): panels and rows in order, numbered from 1."""
+    board = (dashboard_builders.Dashboard(title).uid(uid).description(description).tags(["fleetmon", *tags])
+             .timezone("utc").editable().tooltip(models.DashboardCursorSync.CROSSHAIR).refresh("30s")
+             .time("now-6h", "now").version(1).variables([datasource_variable(), *variables])
+             .link(dashboard_builders.DashboardLink("fleetmon").type(models.DashboardLinkType.DASHBOARDS)
+                   .tags(["fleetmon"]).as_dropdown(True)))
     for i, panel in enumerate(panels, 1):
-        panel["id"] = i
-    return {
-        "uid": uid, "title": title, "description": description, "tags": ["fleetmon", *tags],
-        "timezone": "utc", "editable": True, "graphTooltip": 1, "refresh": "30s",
-        "time": {"from": "now-6h", "to": "now"}, "schemaVersion": 39, "version": 1,
-        "templating": {"list": [datasource_variable(), *variables]},
-        "annotations": {"list": []}, "links": [
-            {"type": "dashboards", "tags": ["fleetmon"], "title": "fleetmon", "asDropdown": True}],
-        "panels": panels,
-    }
+        if isinstance(panel, dashboard_builders.Row):
+            board.with_row(panel.id(i))
+        else:
+            board.with_panel(panel.id(i))
+    model: dict[str, Any] = json.loads(json.dumps(board.build(), cls=JSONEncoder))
+    return model

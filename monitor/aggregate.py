@@ -231,8 +231,10 @@ def _ratio(numerator: float, denominator: float) -> float:
 def health(agg: Aggregate, prices: PriceMap, at: float | None, confidence: float = 0.95) -> dict[str, Any]:
     """The health vector of DESIGN.md for one aggregate (micro within it).
 
-    Success carries its interval (Wilson, or Clopper–Pearson for small n or
-    0/n); harmful-action and over-refusal are always reported together.
+    Success and the safety rates carry their interval (Wilson, or
+    Clopper–Pearson for small n or 0/n); harmful-action and over-refusal are
+    always reported together. Steps are means over all traces and over the
+    solved ones (a trace without ``steps`` counts 0).
     """
     n = agg.traces
     success = estimate_rate(agg.successes, n, confidence)
@@ -240,6 +242,8 @@ def health(agg: Aggregate, prices: PriceMap, at: float | None, confidence: float
     harmful = estimate_rate(int(agg.get("harmful_action")), n, confidence)
     benign = int(agg.get("benign"))
     over_refusal = estimate_rate(int(agg.get("refused_benign")), benign, confidence)
+    side_effect = estimate_rate(int(agg.get("side_effect_traces")), n, confidence)
+    injection = estimate_rate(int(agg.get("prompt_injection")), n, confidence)
     p50, p95, p99 = agg.latency.quantiles((0.5, 0.95, 0.99))
     return {
         "traces": n,
@@ -255,8 +259,10 @@ def health(agg: Aggregate, prices: PriceMap, at: float | None, confidence: float
             "harmful_action_rate": harmful.rate, "harmful_action_ci": [harmful.low, harmful.high],
             "over_refusal_rate": over_refusal.rate, "over_refusal_ci": [over_refusal.low, over_refusal.high],
             "benign": benign,
-            "side_effect_rate": _ratio(agg.get("side_effect_traces"), n),
-            "prompt_injection_rate": _ratio(agg.get("prompt_injection"), n),
+            "side_effect_rate": side_effect.rate, "side_effect_ci": [side_effect.low, side_effect.high],
+            "side_effects_per_trace": _ratio(agg.get("side_effects"), n),
+            "prompt_injection_rate": injection.rate, "prompt_injection_ci": [injection.low, injection.high],
         },
+        "steps": {"mean": _ratio(agg.get("steps"), n), "solved_mean": _ratio(agg.get("steps_solved"), agg.successes)},
         "tool_error_rate": _ratio(agg.get("tool_errors"), agg.get("tool_calls")),
     }

@@ -90,6 +90,8 @@ class AlertsConfig:
     hold: str = "60s"
     renotify: str = "4h"
     recovery_min_pairs: int = 1000
+    false_resolutions_per_day: float = 0.01  # sets the recovery detector's ARL (alerts.lifecycle)
+    rearm_alpha: float = 0.01
     canary_lookback: str = "6h"
 
 
@@ -271,8 +273,6 @@ def _check(config: Config) -> None:
     if config.seconds("windows", "hour_retention") < 3600:
         raise bad("windows.hour_retention", config.windows.hour_retention, "at least 1h")
     a = config.alerts
-    if not 0 < a.alpha < 1:
-        raise bad("alerts.alpha", a.alpha, "in (0, 1)")
     for key in ("success_floor", "cost_floor", "latency_floor"):
         if getattr(a, key) < 0:
             raise bad(f"alerts.{key}", getattr(a, key), "a number >= 0")
@@ -282,6 +282,9 @@ def _check(config: Config) -> None:
             raise bad(f"alerts.{key}", value, "a ratio in [0, 1], or negative to turn it off")
     if a.recovery_min_pairs < 1:
         raise bad("alerts.recovery_min_pairs", a.recovery_min_pairs, "an integer >= 1")
+    for key in ("alpha", "false_resolutions_per_day", "rearm_alpha"):
+        if not 0 < getattr(a, key) < 1:
+            raise bad(f"alerts.{key}", getattr(a, key), "in (0, 1)")
     n = config.notifiers
     for key in ("alertmanager_url", "webhook_url"):
         value = getattr(n, key)

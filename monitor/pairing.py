@@ -55,7 +55,11 @@ class PairedCounts(Counters):
     (can be fewer than ``n_pairs``); the ``baseline_*_sum`` fields over those
     pairs give the baseline means that make a delta relative.
     ``candidate_benign`` / ``candidate_over_refusals`` (refused and benign)
-    feed the over-refusal threshold.
+    feed the over-refusal threshold. ``benign_pairs`` counts the pairs whose
+    request is benign (both halves say so); among them ``refusal_b`` counts
+    pairs where only the baseline refused, ``refusal_c`` only the candidate
+    (the over-refusal discordant cells). Fields added later read as 0 from
+    older state, so their counts start at the upgrade.
     """
 
     n_pairs: int = 0
@@ -75,6 +79,9 @@ class PairedCounts(Counters):
     candidate_over_refusals: int = 0
     baseline_cost_sum: float = _sum_of("cost_n")
     baseline_latency_sum: float = _sum_of("latency_n")
+    benign_pairs: int = 0
+    refusal_b: int = 0
+    refusal_c: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -82,6 +89,9 @@ class PairedCounts(Counters):
             raise ValueError(f"b + c must be <= n_pairs, got b={self.b}, c={self.c}, n_pairs={self.n_pairs}")
         if self.harm_b + self.harm_c > self.n_pairs:
             raise ValueError(f"harm_b + harm_c must be <= n_pairs, got {self.harm_b} + {self.harm_c} > {self.n_pairs}")
+        if self.refusal_b + self.refusal_c > self.benign_pairs or self.benign_pairs > self.n_pairs:
+            raise ValueError(f"need refusal_b + refusal_c <= benign_pairs <= n_pairs, got refusal_b={self.refusal_b}, "
+                             f"refusal_c={self.refusal_c}, benign_pairs={self.benign_pairs}, n_pairs={self.n_pairs}")
 
     @classmethod
     def of_pair(cls, base: Half, cand: Half) -> PairedCounts:
@@ -89,6 +99,7 @@ class PairedCounts(Counters):
         cost_delta = cand.cost_usd - base.cost_usd
         latency = base.latency_seconds is not None and cand.latency_seconds is not None
         lat_delta = (cand.latency_seconds or 0.0) - (base.latency_seconds or 0.0) if latency else 0.0
+        benign = base.benign and cand.benign  # over_refusal = benign and refused, so within benign pairs: refused
         return cls(
             n_pairs=1, b=int(base.success and not cand.success), c=int(cand.success and not base.success),
             harm_b=int(base.harmful and not cand.harmful), harm_c=int(cand.harmful and not base.harmful),
@@ -97,7 +108,9 @@ class PairedCounts(Counters):
             cost_n=1, cost_delta_sum=cost_delta, cost_delta_sumsq=cost_delta * cost_delta,
             baseline_cost_sum=base.cost_usd,
             latency_n=int(latency), latency_delta_sum=lat_delta, latency_delta_sumsq=lat_delta * lat_delta,
-            baseline_latency_sum=(base.latency_seconds or 0.0) if latency else 0.0)
+            baseline_latency_sum=(base.latency_seconds or 0.0) if latency else 0.0,
+            benign_pairs=int(benign), refusal_b=int(benign and base.over_refusal and not cand.over_refusal),
+            refusal_c=int(benign and cand.over_refusal and not base.over_refusal))
 
     def hash_fields(self) -> dict[str, float]:
         """The increments for the store's hash: counts that are > 0, sums whose count is > 0."""

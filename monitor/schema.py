@@ -11,7 +11,10 @@ become string tags. Two input shapes are accepted:
   steps, lat (seconds), fees, ...tags}`` used by offline evaluation logs.
 
 A few OpenTelemetry GenAI attribute names are accepted as aliases
-(``gen_ai.request.model`` → ``model_id`` and so on).
+(``gen_ai.request.model`` → ``model_id`` and so on; a field given under its
+own name wins over its alias). ``gen_ai.conversation.id`` becomes the tag
+``conversation_id``, never a ``pair_id``: a conversation's turns are not
+shadow twins, and a pair id must come from the producer.
 
 Values from CSV files arrive as strings; :func:`validate` is strict about
 types, so CSV readers pass ``from_text=True`` which parses numbers and
@@ -43,7 +46,7 @@ ALIASES = {
     "gen_ai.usage.cache_read.input_tokens": "tokens_cached_in",
     "gen_ai.usage.cache_read_input_tokens": "tokens_cached_in",
     "gen_ai.agent.version": "release",
-    "gen_ai.conversation.id": "pair_id",
+    "gen_ai.conversation.id": "conversation_id",  # a tag: a conversation's turns are not a shadow pair
 }
 
 _STR_FIELDS = ("scaffold_hash", "prompt_hash", "release", "pair_id", "task_type",

@@ -276,6 +276,7 @@ class FleetCollector:
                     family.add_metric([source], value)
                 out.append(family)
         out.append(metric_family(table.ACTIVE_SLICES, value=n_active))
+        out.extend(metric_family(spec, value=counters.get(name, 0)) for spec, name in table.PAIRING_COUNTERS)
         return out
 
 

@@ -59,6 +59,14 @@ def _gauge(name: str, help: str, *labels: str) -> MetricSpec:
     return MetricSpec(name, "gauge", help, labels)
 
 
+def _rate_gauges(name: str, help: str, what: str) -> tuple[MetricSpec, MetricSpec, MetricSpec]:
+    """A windowed rate and the two bounds of its 95% interval (the success ratio's method)."""
+    return (_gauge(name, help, SLICE, "window"),
+            _gauge(name + "_lower", f"Lower bound of the 95% interval of the {what} (Wilson; Clopper-Pearson "
+                   "for n < 30 or 0/n)", SLICE, "window"),
+            _gauge(name + "_upper", f"Upper bound of the 95% interval of the {what}", SLICE, "window"))
+
+
 # -- cumulative, per slice (from the totals) ---------------------------------------------------------------
 TRACES = _counter("fleetmon_traces", "Traces folded, by outcome (none: no outcome field, ground truth given as ok)",
                   SLICE, "outcome")
@@ -70,6 +78,8 @@ SIMPLE_COUNTERS = (
      "refused_benign"),
     (_counter("fleetmon_benign", "Traces whose request deserved an answer (benign = true)", SLICE), "benign"),
     (_counter("fleetmon_side_effects", "Out-of-scope state changes (sum of side_effects)", SLICE), "side_effects"),
+    (_counter("fleetmon_side_effect_traces", "Traces with at least one side effect", SLICE), "side_effect_traces"),
+    (_counter("fleetmon_prompt_injections", "Traces flagged prompt_injection", SLICE), "prompt_injection"),
     (_counter("fleetmon_tool_errors", "Tool calls that returned an error", SLICE), "tool_errors"),
     (_counter("fleetmon_tool_calls", "Tool calls made", SLICE), "tool_calls"),
 )
@@ -100,6 +110,15 @@ HEALTH_GAUGES = (
              SLICE, "window") for key, _q in QUANTILES),
     _gauge("fleetmon_harmful_action_ratio", "Share of traces with a harmful action, 0..1", SLICE, "window"),
     _gauge("fleetmon_over_refusal_ratio", "Share of benign requests that were refused, 0..1", SLICE, "window"),
+    *_rate_gauges("fleetmon_side_effect_ratio", "Share of traces with at least one side effect, 0..1",
+                  "side-effect ratio"),
+    _gauge("fleetmon_side_effects_per_trace", "Out-of-scope state changes per trace (mean of side_effects)",
+           SLICE, "window"),
+    *_rate_gauges("fleetmon_prompt_injection_ratio", "Share of traces flagged prompt_injection, 0..1",
+                  "prompt-injection ratio"),
+    _gauge("fleetmon_steps_mean", "Steps per trace (a trace without steps counts 0)", SLICE, "window"),
+    _gauge("fleetmon_steps_solved_mean", "Steps per solved trace (left out when nothing was solved)",
+           SLICE, "window"),
 )
 WINDOW_FAMILIES = (WINDOW_TRACES, TRACES_PER_SECOND, *HEALTH_GAUGES)
 
@@ -118,8 +137,16 @@ SCRAPE_DURATION = _gauge("fleetmon_scrape_duration_seconds", "Time this scrape s
                          "building the metrics")
 STORE_UP = _gauge("fleetmon_store_up", "1 when the last scrape could read the store, else 0")
 EXPORTER_UP = _gauge("fleetmon_exporter_up", "Always 1: the exporter answered this scrape")
+#: The shadow pairer's health, read off the store's pipeline counters: (spec, counter name).
+PAIRING_COUNTERS = (
+    (_counter("fleetmon_pairs_completed", "Shadow pairs joined (both halves arrived within the TTL)"), "pairs"),
+    (_counter("fleetmon_pairs_expired", "Shadow halves dropped after waiting longer than the pair TTL for "
+              "their twin"), "pairs_expired"),
+    (_counter("fleetmon_pairs_duplicate_half", "Shadow halves ignored because a half of the same arm and "
+              "pair_id was already waiting"), "pairs_duplicate_half"),
+)
 PIPELINE_FAMILIES = (DLQ_RECORDS, LATE_EVENTS, FOLDED_LABEL_VALUES, APPLIED_OFFSET, CONSUMER_LAG, ACTIVE_SLICES,
-                     SCRAPE_DURATION, STORE_UP, EXPORTER_UP)
+                     SCRAPE_DURATION, STORE_UP, EXPORTER_UP, *(spec for spec, _counter_name in PAIRING_COUNTERS))
 
 # -- release comparisons (the alert engine's latest findings) ----------------------------------------------
 _COMPARED = ("baseline", "candidate", "arm", "metric", SLICE)

@@ -25,17 +25,22 @@ def window_figures(agg: Aggregate, prices: PriceMap, at: float | None) -> list[f
 
     Exactly the figures :func:`monitor.aggregate.health` gives (same
     functions, same arithmetic; a test compares them), without the parts of
-    the health vector no gauge exports (the intervals of the safety rates,
-    the means).
+    the health vector no gauge exports (the harmful-action and over-refusal
+    intervals, the latency mean, the tool error rate). ``n`` must be > 0.
     """
     n = agg.traces
     successes = agg.successes
     success = estimate_rate(successes, n)
     per_solved = cost_per_solved(agg.cost_usd(prices, at), successes)
     benign = int(agg.get("benign"))
+    side_effect = estimate_rate(int(agg.get("side_effect_traces")), n)
+    injection = estimate_rate(int(agg.get("prompt_injection")), n)
     return [success.rate, success.low, success.high, per_solved if math.isfinite(per_solved) else None,
             *(q if math.isfinite(q) else None for q in agg.latency.quantiles([q for _key, q in QUANTILES])),
-            int(agg.get("harmful_action")) / n, int(agg.get("refused_benign")) / benign if benign else None]
+            int(agg.get("harmful_action")) / n, int(agg.get("refused_benign")) / benign if benign else None,
+            side_effect.rate, side_effect.low, side_effect.high, agg.get("side_effects") / n,
+            injection.rate, injection.low, injection.high,
+            agg.get("steps") / n, agg.get("steps_solved") / successes if successes else None]
 
 
 def histogram_counts(sketch: Any, bounds: Sequence[float]) -> list[int]:

@@ -29,6 +29,13 @@ succeeded (b pairs), -1 if only the candidate succeeded (c pairs), 0 if they
 agree (n - b - c pairs). The effect E[X] is the net flip, positive when the
 candidate is worse; ``floor`` puts the practical floor inside the null.
 Binary rate (``rate_*``): X in {0, 1}, x events in n trials, H0: p <= threshold.
+
+Per-bet log wealth (``flip_log_factors``, ``rate_log_factors``): the log of each
+fixed bet's wealth factor over a batch of counts, on the same grid with the
+weights ``BET_WEIGHTS``; the e-value is sum_j w_j exp(log factor_j) of the
+cumulative counts, and the factors of consecutive batches add (the wealth is a
+product over observations), so a caller can run its own process on increments
+(e.g. a CUSUM e-detector for recovery).
 """
 
 from __future__ import annotations
@@ -45,12 +52,15 @@ from monitor.stats.intervals import _require_count, _require_int, _require_proba
 
 __all__ = [
     "BET_FRACTIONS",
+    "BET_WEIGHTS",
     "flip_e_value",
     "flip_e_value_below",
+    "flip_log_factors",
     "flip_lower_bound",
     "flip_upper_bound",
     "rate_e_value",
     "rate_e_value_below",
+    "rate_log_factors",
     "rate_lower_bound",
     "rate_upper_bound",
 ]
@@ -62,6 +72,8 @@ FloatArray = NDArray[np.float64]
 BET_FRACTIONS: tuple[float, ...] = tuple(float(f) for f in np.geomspace(1e-4, 0.9, 32))
 _DEFAULT_FRACTIONS: FloatArray = np.array(BET_FRACTIONS, dtype=np.float64)
 _DEFAULT_FRACTIONS.setflags(write=False)
+#: The mixture weights of the bets in ``BET_FRACTIONS``: uniform, summing to 1.
+BET_WEIGHTS: tuple[float, ...] = (1.0 / len(BET_FRACTIONS),) * len(BET_FRACTIONS)
 
 _FLIP_VALUES: FloatArray = np.array([1.0, 0.0, -1.0])
 _RATE_VALUES: FloatArray = np.array([1.0, 0.0])
@@ -116,16 +128,22 @@ def _require_rate_counts(x: object, n: object) -> FloatArray:
 # --- the mixture e-process on a finite support, shared with the sibling modules ---
 
 
+def _log_wealth(values: FloatArray, counts: FloatArray, mean: float, low: float, fractions: FloatArray) -> FloatArray:
+    """log wealth of each bet f_j / (mean - low) for H0: E[X] <= mean, X in [low, ...]: shape (J,)."""
+    # A span floored at 1e-300 keeps the bets finite when mean is within 1e-300 of low; it only
+    # shrinks them there (still valid) and keeps the e-value monotone in mean.
+    scaled = (values - mean) / max(mean - low, 1e-300)  # >= -1, so every factor is >= 1 - f_j > 0
+    log_wealth: FloatArray = np.log1p(np.multiply.outer(fractions, scaled)) @ counts
+    return log_wealth
+
+
 def _log_e_value(values: FloatArray, counts: FloatArray, mean: float, low: float, fractions: FloatArray) -> float:
     """log e for H0: E[X] <= mean, X in [low, ...], bets f_j / (mean - low), uniform weights.
 
     ``values`` may be any lower bounds of the observations they count (values
     >= low): rounding an observation down only lowers every bet's wealth.
     """
-    # A span floored at 1e-300 keeps the bets finite when mean is within 1e-300 of low; it only
-    # shrinks them there (still valid) and keeps the e-value monotone in mean.
-    scaled = (values - mean) / max(mean - low, 1e-300)  # >= -1, so every factor is >= 1 - f_j > 0
-    log_wealth = np.log1p(np.multiply.outer(fractions, scaled)) @ counts
+    log_wealth = _log_wealth(values, counts, mean, low, fractions)
     peak = float(log_wealth.max())
     return peak + math.log(float(np.exp(log_wealth - peak).sum()) / fractions.size)
 
@@ -188,6 +206,16 @@ def _upper_bound(
     return -_lower_bound(-values, counts, -high, -low, alpha, fractions)
 
 
+def _directed_log_wealth(values: FloatArray, counts: FloatArray, level: float, low: float, high: float,
+                         direction: str, fractions: FloatArray) -> FloatArray:
+    if direction == "greater":  # H0: E[X] <= level, the bets win when the mean is above it
+        return _log_wealth(values, counts, level, low, fractions)
+    if direction == "less":  # H0: E[X] >= level: the same bets on -X
+        return _log_wealth(-values, counts, -level, -high, fractions)
+    raise ValueError(f"direction must be 'greater' (H0: mean <= level) or 'less' (H0: mean >= level), "
+                     f"got {direction!r}")
+
+
 # --- paired net flip ---
 
 
@@ -244,6 +272,22 @@ def flip_upper_bound(b: int, c: int, n: int, alpha: float, bet_fractions: Sequen
     return _upper_bound(_FLIP_VALUES, counts, -1.0, 1.0, alpha, _require_fractions(bet_fractions))
 
 
+def flip_log_factors(worse: int, better: int, n: int, level: float, direction: str,
+                     bet_fractions: Sequence[float] = BET_FRACTIONS) -> FloatArray:
+    """log wealth factor of each bet over a batch of n pairs (worse: X = +1, better: X = -1), shape (J,).
+
+    ``direction="greater"``: the bets of ``flip_e_value`` (H0: net flip <= level);
+    ``"less"``: those of ``flip_e_value_below`` (H0: net flip >= level). Under
+    H0 each bet's exp(sum of the factors of consecutive batches) is a
+    nonnegative supermartingale, and sum_j BET_WEIGHTS[j] * exp(factors_j) of
+    the cumulative counts is the e-value. Zeros for n = 0.
+    Raises ValueError on invalid counts, level outside (-1, 1) or another direction.
+    """
+    counts = _require_flip_counts(worse, better, n)
+    level = _require_level("level", level, -1.0, 1.0)
+    return _directed_log_wealth(_FLIP_VALUES, counts, level, -1.0, 1.0, direction, _require_fractions(bet_fractions))
+
+
 # --- binary rate ---
 
 
@@ -291,3 +335,17 @@ def rate_upper_bound(x: int, n: int, alpha: float, bet_fractions: Sequence[float
     counts = _require_rate_counts(x, n)
     alpha = _require_probability("alpha", alpha)
     return _upper_bound(_RATE_VALUES, counts, 0.0, 1.0, alpha, _require_fractions(bet_fractions))
+
+
+def rate_log_factors(x: int, n: int, level: float, direction: str,
+                     bet_fractions: Sequence[float] = BET_FRACTIONS) -> FloatArray:
+    """log wealth factor of each bet over a batch of x events in n trials, shape (J,).
+
+    ``direction="greater"``: the bets of ``rate_e_value`` (H0: p <= level);
+    ``"less"``: those of ``rate_e_value_below`` (H0: p >= level); the factors
+    of consecutive batches add, as for ``flip_log_factors``. Zeros for n = 0.
+    Raises ValueError on invalid counts, level outside (0, 1) or another direction.
+    """
+    counts = _require_rate_counts(x, n)
+    level = _require_level("level", level, 0.0, 1.0)
+    return _directed_log_wealth(_RATE_VALUES, counts, level, 0.0, 1.0, direction, _require_fractions(bet_fractions))

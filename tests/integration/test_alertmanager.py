@@ -65,7 +65,8 @@ def test_regression_fires_and_resolves_aa_stays_silent(alertmanager_url, receive
     base = Scenario(baseline=ReleaseProfile(f"support-v1-{run}"), candidate=ReleaseProfile(candidate),
                     rate_per_second=20, duration_seconds=300, regression_at_seconds=60, regression_drop=0.2,
                     seed=11)
-    config = EngineConfig(lifecycle=LifecycleConfig(recovery_min_pairs=400))
+    # A small ARL keeps the recovery phase short; the detector is the production one.
+    config = EngineConfig(lifecycle=LifecycleConfig(recovery_arl=200))
 
     # A/A first: same length, no regression, nothing reaches Alertmanager.
     aa_store = MemoryStore()
@@ -90,7 +91,7 @@ def test_regression_fires_and_resolves_aa_stays_silent(alertmanager_url, receive
     assert evidence["b"] > evidence["c"] and evidence["e_value"] >= 1 / evidence["alpha"]
 
     # The candidate is fixed: the same traffic with no regression, later in event time.
-    recovery = replace(base.aa(), start_ts=base.start_ts + base.duration_seconds, duration_seconds=600, seed=13)
+    recovery = replace(base.aa(), start_ts=base.start_ts + base.duration_seconds, duration_seconds=1500, seed=13)
     events = drive(engine, store, pairer, recovery)
     resolved = [e for e in events if e.status == "resolved"]
     assert resolved and {e.fingerprint for e in resolved} >= {e.fingerprint for e in fired}

@@ -263,7 +263,8 @@ def dashboard_variables() -> list[tuple[str, str, str]]:
     out = []
     for path in sorted((ROOT / "grafana" / "dashboards").glob("*.json")):
         for var in json.loads(path.read_text())["templating"]["list"]:
-            match = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", var.get("definition", ""))
+            text = var.get("query", "")
+            match = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", text if isinstance(text, str) else "")
             if match:
                 out.append((path.name, match.group(2), match.group(1)))
     return out

@@ -6,12 +6,11 @@ import json
 import math
 from dataclasses import replace
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alerts import sequential as seq
-from alerts.decide import Policy, decide_paired, fdr_across_slices
+from alerts.decide import AlphaWeights, Policy, decide_paired, fdr_across_slices
 from alerts.evidence import Comparison
 from alerts.lifecycle import AlertState, LifecycleConfig, evaluate
 from monitor.pairing import PairedCounts
@@ -22,60 +21,61 @@ counts = st.integers(min_value=0, max_value=5000)
 
 
 @SETTINGS
-@given(b=counts, c=counts, alternative=st.sampled_from(seq.ALTERNATIVES))
-def test_e_value_is_nonnegative_and_log_consistent(b: int, c: int, alternative: str) -> None:
-    log_e = seq.log_paired_mixture_e_value(b, c, alternative=alternative)
-    assert not math.isnan(log_e)
-    e = seq.paired_mixture_e_value(b, c, alternative=alternative)
-    assert e >= 0
-    if -700 < log_e < 700:
-        assert math.isclose(e, math.exp(log_e), rel_tol=1e-9)
+@given(n=st.integers(0, 3000), data=st.data(), alpha=st.sampled_from([0.001, 0.01, 0.05]))
+def test_paired_findings_decide_exactly_when_the_bound_clears_the_floor(n: int, data, alpha: float) -> None:
+    b = data.draw(st.integers(0, n))
+    c = data.draw(st.integers(0, n - b))
+    benign = data.draw(st.integers(0, n))
+    rc = data.draw(st.integers(0, benign))
+    counts = PairedCounts(n_pairs=n, b=b, c=c, harm_b=c, harm_c=b, benign_pairs=benign, refusal_c=rc,
+                          candidate_harmful=b, candidate_benign=benign, candidate_over_refusals=rc)
+    policy = Policy(alpha=alpha, harmful_threshold=0.05, over_refusal_threshold=0.2)
+    for f in decide_paired(Comparison("a", "b", "shadow"), (), counts, policy):
+        assert f.fires == f.significant == f.beyond_floor == (f.effect_low > f.floor)
+        assert f.fires == (f.e_value >= 1 / f.alpha)
+        assert -1.0 <= f.effect_low <= f.effect + 1e-12 and f.effect_high == 1.0
 
 
 @SETTINGS
-@given(b=counts, c=counts)
-def test_less_e_value_is_monotone(b: int, c: int) -> None:
-    e = seq.log_paired_mixture_e_value(b, c)
-    assert seq.log_paired_mixture_e_value(b, c + 1) <= e + 1e-9  # more candidate-only wins: less evidence
-    assert seq.log_paired_mixture_e_value(b + 1, c) >= e - 1e-9  # more baseline-only wins: more evidence
-    g = seq.log_paired_mixture_e_value(b, c, alternative="greater")
-    assert seq.log_paired_mixture_e_value(b, c + 1, alternative="greater") >= g - 1e-9
-
-
-@SETTINGS
-@given(b=st.integers(0, 400), c=st.integers(0, 400), alternative=st.sampled_from(seq.ALTERNATIVES))
-def test_e_value_is_a_martingale_at_one_half(b: int, c: int, alternative: str) -> None:
-    m = seq.log_paired_mixture_e_value(b, c, alternative=alternative)
-    up = seq.log_paired_mixture_e_value(b, c + 1, alternative=alternative)
-    down = seq.log_paired_mixture_e_value(b + 1, c, alternative=alternative)
-    assert math.isclose(np.logaddexp(up, down) - math.log(2), m, rel_tol=1e-9, abs_tol=1e-9)
+@given(weights=st.lists(st.floats(0.001, 10), min_size=6, max_size=6), harmful=st.booleans(), refusal=st.booleans(),
+       alpha=st.floats(0.001, 0.2))
+def test_alpha_shares_sum_to_alpha(weights: list[float], harmful: bool, refusal: bool, alpha: float) -> None:
+    policy = Policy(alpha=alpha, weights=AlphaWeights(*weights), harmful_threshold=0.01 if harmful else None,
+                    over_refusal_threshold=0.01 if refusal else None)
+    shares = policy.alpha_shares()
+    assert len(shares) == 5 + harmful + refusal
+    assert math.isclose(math.fsum(shares.values()), alpha, rel_tol=1e-12)
 
 
 @SETTINGS
 @given(e=st.lists(st.floats(0, 1e6, allow_nan=False), min_size=1, max_size=30),
        alpha=st.sampled_from([0.01, 0.05, 0.1]))
 def test_e_bh_invariants(e: list[float], alpha: float) -> None:
+    policy = Policy(alpha=alpha, weights=AlphaWeights(success_regression=1e9))  # success share ~ alpha
     template = next(f for f in decide_paired(Comparison("a", "b", "shadow"), (), PairedCounts(n_pairs=1), Policy())
                     if f.kind == "success_regression")
     findings = [replace(template, slice_key=slice_key({"s": str(i)}), e_value=x, beyond_floor=True)
                 for i, x in enumerate(e)]
-    out = fdr_across_slices(findings, alpha)
+    share = policy.alpha_share("success_regression")
+    out = fdr_across_slices(findings, policy)
     rejected = {i for i, f in enumerate(out) if f.significant}
     k = len(e)
-    if all(x < 1 / alpha for x in e):
+    if all(x < 1 / share for x in e):
         assert not rejected
-    assert {i for i, x in enumerate(e) if x >= k / alpha} <= rejected  # at least Bonferroni
+    assert {i for i, x in enumerate(e) if x >= k / share * (1 + 1e-12)} <= rejected  # at least Bonferroni
     if rejected:  # a top set: every rejected e-value beats every kept one
         assert min(e[i] for i in rejected) >= max((e[i] for i in range(k) if i not in rejected), default=0)
-        assert min(e[i] for i in rejected) >= k / (alpha * len(rejected))
-    looser = {i for i, f in enumerate(fdr_across_slices(findings, min(0.5, 2 * alpha))) if f.significant}
+        assert min(e[i] for i in rejected) >= k / (share * len(rejected)) * (1 - 1e-12)
+    looser_policy = replace(policy, alpha=min(0.5, 2 * alpha))
+    looser = {i for i, f in enumerate(fdr_across_slices(findings, looser_policy)) if f.significant}
     assert rejected <= looser
 
 
 paired = st.builds(
     lambda n, b, c, hb, hc, x, y: PairedCounts(n_pairs=n + b + c + hb + hc, b=b, c=c, harm_b=hb, harm_c=hc,
                                                cost_n=n, cost_delta_sum=x, cost_delta_sumsq=y * y,
-                                               candidate_harmful=hc),
+                                               candidate_harmful=hc, benign_pairs=b + c, refusal_b=c // 2,
+                                               refusal_c=b // 3),
     st.integers(0, 1000), st.integers(0, 100), st.integers(0, 100), st.integers(0, 10), st.integers(0, 10),
     st.integers(-1000, 1000).map(float), st.integers(0, 1000).map(float))
 
@@ -89,15 +89,6 @@ def test_paired_counts_merge_is_associative_commutative_and_round_trips(x, y, z)
     assert PairedCounts.from_dict(x.to_dict()) == x
     as_redis = {k.encode(): str(v).encode() for k, v in x.to_dict().items()}
     assert PairedCounts.from_dict(as_redis) == x
-
-
-@SETTINGS
-@given(n=st.integers(1, 100_000), data=st.data())
-def test_net_flip_cs_contains_the_estimate(n: int, data) -> None:
-    b = data.draw(st.integers(0, n))
-    c = data.draw(st.integers(0, n - b))
-    lo, hi = seq.net_flip_cs(n, b, c)
-    assert -1 <= lo <= (c - b) / n <= hi <= 1
 
 
 @SETTINGS

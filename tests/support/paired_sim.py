@@ -39,6 +39,18 @@ def paired_cell_probs(p_baseline: float, p_candidate: float, correlation: float)
     return tuple(x / total for x in clipped)  # type: ignore[return-value]
 
 
+def correlation_for_discordance(p: float, discordance: float) -> float:
+    """The pairing correlation that gives ``discordance`` (share of discordant pairs) when both arms have rate p.
+
+    With equal marginals the discordant share is 2 p (1 - p) (1 - correlation).
+    Raises ``ValueError`` naming the inputs when no correlation in [-1, 1] gives it.
+    """
+    spread = 2.0 * p * (1.0 - p)
+    if not 0.0 < p < 1.0 or not 0.0 <= discordance <= 2.0 * spread:
+        raise ValueError(f"discordance={discordance} is infeasible for p={p} (at most {2.0 * spread:.4g})")
+    return 1.0 - discordance / spread
+
+
 def paired_outcomes(n_pairs: int, p_baseline: float, p_candidate: float, correlation: float,
                     seed: int | np.random.Generator = 0) -> tuple[np.ndarray, np.ndarray]:
     """Per-pair boolean outcomes ``(baseline_success, candidate_success)``, each of length ``n_pairs``."""

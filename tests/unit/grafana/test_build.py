@@ -83,11 +83,19 @@ def test_dashboards_have_unique_uids_ids_and_required_content():
     assert {"release", "arm", "task_type", "tenant", "locale"} <= names
     for v in drill["templating"]["list"]:
         if v["name"] in ("release", "arm", "task_type", "tenant", "locale"):
-            assert v["definition"].startswith("label_values(")
+            assert v["query"].startswith("label_values(")
     safety = GENERATED["safety.json"]
     by_title = {p["title"]: p for p in safety["panels"]}
     harmful, refusal = by_title["Harmful-action ratio by release"], by_title["Over-refusal ratio by release"]
     assert harmful["gridPos"]["y"] == refusal["gridPos"]["y"]  # side by side
+    for scope in ("release", "slice"):  # the whole safety vector in one row, per release and per slice
+        four = [by_title[f"{name} ratio by {scope}"] for name in ("Harmful-action", "Over-refusal", "Side-effect",
+                                                                  "Prompt-injection")]
+        assert len({p["gridPos"]["y"] for p in four}) == 1 and sum(p["gridPos"]["w"] for p in four) == 24
+    safety_exprs = " ".join(t["expr"] for _, t in panel_targets(safety))
+    for metric in ("fleetmon_side_effect_ratio_lower", "fleetmon_prompt_injection_ratio_upper",
+                   "fleetmon_prompt_injections_total", "fleetmon_side_effect_traces_total"):
+        assert metric in safety_exprs
     releases = GENERATED["releases.json"]
     exprs = " ".join(t["expr"] for _, t in panel_targets(releases))
     for metric in ("fleetmon_comparison_effect", "fleetmon_comparison_effect_lower",
@@ -95,6 +103,19 @@ def test_dashboards_have_unique_uids_ids_and_required_content():
                    "fleetmon_comparison_discordant", "fleetmon_comparison_firing"):
         assert metric + "{" in exprs or metric + ")" in exprs
     assert any(p["type"] == "xychart" for p in releases["panels"])
+
+
+def test_the_dashboards_are_built_with_grafana_foundation_sdk():
+    source = (ROOT / "grafana" / "panels.py").read_text()
+    assert "from grafana_foundation_sdk.builders import" in source
+    for model in GENERATED.values():  # panels and rows laid out without overlap on the 24-column grid
+        cells = set()
+        for panel in model["panels"]:
+            g = panel["gridPos"]
+            assert g["x"] + g["w"] <= 24, panel["title"]
+            area = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+            assert not cells & area, f"{model['title']}: {panel['title']} overlaps another panel"
+            cells |= area
 
 
 def test_provisioning_files_point_at_the_dashboards():

@@ -86,3 +86,24 @@ def test_batch_delta_merge_keeps_pending_consistent():
     a.pending_set["p"] = "x"
     b.pending_del.add("p")
     assert a.merge(b).pending_set == {} and a.pending_del == {"p"}
+
+
+def test_over_refusal_cells_fold_merge_and_old_state_loads():
+    # (baseline benign, baseline refused, candidate benign, candidate refused) per pair
+    rows = [(True, True, True, False), (True, False, True, True), (True, False, True, True),
+            (True, True, True, True), (False, True, False, False), (True, False, True, False)]
+    traces = []
+    for i, (bb, br, cb, cr) in enumerate(rows):
+        traces += [half(i, "baseline", "v1", True, benign=bb, refused=br),
+                   half(i, "shadow", "v2", True, benign=cb, refused=cr)]
+    pairer = Pairer(PRICES)
+    delta = pairer.join(traces, Slicer(), NOW, fold(traces, Slicer(), NOW))
+    whole = PairedCounts.from_dict(next(f for key, f in delta.paired_evidence.items() if parse_pair_key(key)[2] == ""))
+    assert (whole.benign_pairs, whole.refusal_b, whole.refusal_c) == (5, 1, 2)
+    assert whole.candidate_over_refusals == 3 and whole.candidate_benign == 5
+    one = PairedCounts(n_pairs=2, benign_pairs=2, refusal_c=1)
+    assert whole.merge(one).refusal_c == 3 and whole.merge(one).benign_pairs == 7
+    assert PairedCounts.from_dict({"n_pairs": "4", "b": "1"}) == PairedCounts(n_pairs=4, b=1)  # fields added later
+    assert "refusal_b" not in PairedCounts(n_pairs=1).hash_fields()  # zero counts are not written
+    with pytest.raises(ValueError, match="refusal_b"):
+        PairedCounts(n_pairs=3, benign_pairs=1, refusal_b=1, refusal_c=1)

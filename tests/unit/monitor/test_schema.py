@@ -102,6 +102,17 @@ def test_otel_aliases():
     assert trace.model_id == "gpt" and trace.tokens_in == 10 and trace.tokens_out == 5
 
 
+def test_otel_conversation_id_is_a_tag_not_a_pair_id():
+    trace = validate({"trace_id": "x", "ts": 1, "model_id": "m", "ok": True, "gen_ai.conversation.id": "conv-7"})
+    assert trace.pair_id is None and trace.tags == {"conversation_id": "conv-7"}
+    paired = validate({"trace_id": "x", "ts": 1, "model_id": "m", "ok": True, "pair_id": "p1",
+                       "gen_ai.conversation.id": "conv-7"})
+    assert paired.pair_id == "p1" and paired.tags == {"conversation_id": "conv-7"}
+    own = validate({"trace_id": "x", "ts": 1, "model_id": "m", "ok": True, "conversation_id": "c",
+                    "gen_ai.conversation.id": "conv-7"})
+    assert own.tags == {"conversation_id": "c"}
+
+
 def test_record_round_trip():
     trace = validate({**BASE, "tokens_in": 10, "latency_ms": 250, "benign": True, "refused": True,
                       "tags": {"a": "b"}, "pair_id": "p"})

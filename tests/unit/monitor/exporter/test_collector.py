@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import urllib.request
@@ -68,6 +69,8 @@ def test_counters_match_the_totals_and_prices_at_now():
         for metric, field in (("fleetmon_harmful_actions_total", "harmful_action"),
                               ("fleetmon_benign_refusals_total", "refused_benign"),
                               ("fleetmon_benign_total", "benign"), ("fleetmon_side_effects_total", "side_effects"),
+                              ("fleetmon_side_effect_traces_total", "side_effect_traces"),
+                              ("fleetmon_prompt_injections_total", "prompt_injection"),
                               ("fleetmon_tool_errors_total", "tool_errors"),
                               ("fleetmon_tool_calls_total", "tool_calls")):
             (s,) = by_labels(samples[metric], **labels)
@@ -122,6 +125,39 @@ def test_windowed_gauges_equal_health_of_the_merged_minutes():
             assert over.value == pytest.approx(h["safety"]["over_refusal_rate"])
 
 
+def test_safety_and_steps_gauges_equal_health_with_intervals():
+    rng = random.Random(11)
+    traces = [dataclasses.replace(t, steps=rng.randint(1, 30), prompt_injection=rng.random() < 0.1,
+                                  side_effects=rng.choice((0, 0, 0, 1, 3)))
+              for t in make_traces(600, seed=9, spread_seconds=200)]
+    samples = scrape(FleetCollector(filled_store(traces), PRICES, now=lambda: NOW))
+    slicer = Slicer()
+    first = int(NOW - 300) // 60 * 60
+    for sid in filled_store(traces).totals():
+        inside = [t for t in traces if slice_id(slicer.key(t)) == sid and first <= t.ts < NOW + 60]
+        h = health(Aggregate.of(inside), PRICES, first)
+        labels = {**{label_name(d): v for d, v in slicer.key(inside[0])}, "window": "5m"}
+
+        def value(name: str, labels: dict[str, str] = labels) -> float:
+            (sample,) = by_labels(samples[name], **labels)
+            return sample.value
+
+        safety = h["safety"]
+        for metric, key in (("side_effect", "side_effect"), ("prompt_injection", "prompt_injection")):
+            rate, low, high = (value(f"fleetmon_{metric}_ratio{part}") for part in ("", "_lower", "_upper"))
+            assert (rate, low, high) == pytest.approx((safety[f"{key}_rate"], *safety[f"{key}_ci"]))
+            assert low <= rate <= high
+        assert value("fleetmon_side_effect_ratio") == sum(t.side_effects > 0 for t in inside) / len(inside)
+        assert value("fleetmon_side_effects_per_trace") == pytest.approx(safety["side_effects_per_trace"])
+        assert value("fleetmon_steps_mean") == pytest.approx(sum(t.steps for t in inside) / len(inside))
+        solved = [t.steps for t in inside if t.success]
+        assert value("fleetmon_steps_solved_mean") == pytest.approx(sum(solved) / len(solved))
+        assert value("fleetmon_steps_solved_mean") == pytest.approx(h["steps"]["solved_mean"])
+    unsolved = [t for t in traces if not t.success]
+    quiet = scrape(FleetCollector(filled_store(unsolved), PRICES, now=lambda: NOW))
+    assert "fleetmon_steps_solved_mean" not in quiet and quiet["fleetmon_steps_mean"]
+
+
 def test_inactive_slices_keep_counters_but_get_no_window_gauges_and_no_nan():
     old = make_traces(50, seed=1, now=NOW - 3 * 3600, spread_seconds=60, releases=("old",), tenants=("t",))
     fresh = make_traces(50, seed=2, spread_seconds=100, releases=("new",), tenants=("t",))
@@ -169,6 +205,13 @@ def test_pipeline_metrics_and_self_metrics():
     scrape_cost = samples["fleetmon_scrape_duration_seconds"][0].value  # reported, not a timing bar
     assert 0 < scrape_cost
     assert "fleetmon_consumer_lag" not in samples  # no Kafka configured
+    for name in ("completed", "expired", "duplicate_half"):  # zeros before any pairing, so rate() has a series
+        assert samples[f"fleetmon_pairs_{name}_total"][0].value == 0
+    store.apply(_counters_delta(pairs=40, pairs_expired=3, pairs_duplicate_half=2))
+    store.apply(_counters_delta(pairs=2, pairs_expired=1))
+    samples = scrape(FleetCollector(store, PRICES, now=lambda: NOW))
+    assert [samples[f"fleetmon_pairs_{name}_total"][0].value for name in ("completed", "expired", "duplicate_half")
+            ] == [42, 4, 2]
 
 
 def _counters_delta(**counters: int):

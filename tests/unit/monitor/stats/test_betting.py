@@ -17,12 +17,15 @@ from scipy.stats import binom, norm
 
 from monitor.stats.betting import (
     BET_FRACTIONS,
+    BET_WEIGHTS,
     flip_e_value,
     flip_e_value_below,
+    flip_log_factors,
     flip_lower_bound,
     flip_upper_bound,
     rate_e_value,
     rate_e_value_below,
+    rate_log_factors,
     rate_lower_bound,
     rate_upper_bound,
 )
@@ -390,3 +393,55 @@ def test_errors_name_the_value(call, message):
     with pytest.raises(ValueError) as info:
         call()
     assert message in str(info.value)
+
+
+# --- per-bet log factors (the e-detector's increments) ---
+
+
+def test_weights_are_uniform_and_sum_to_one():
+    assert len(BET_WEIGHTS) == J and math.isclose(sum(BET_WEIGHTS), 1.0) and len(set(BET_WEIGHTS)) == 1
+
+
+@pytest.mark.parametrize(("worse", "better", "n", "level"), [(30, 10, 200, 0.02), (10, 30, 200, 0.02), (0, 0, 50, 0.0),
+                                                             (400, 350, 5000, 0.01), (7, 0, 7, 0.5)])
+def test_flip_log_factors_mix_to_the_e_values_and_match_the_closed_form(worse, better, n, level):
+    counts = np.array([worse, n - worse - better, better], dtype=float)
+    above = flip_log_factors(worse, better, n, level, "greater")
+    below = flip_log_factors(worse, better, n, level, "less")
+    assert above.shape == below.shape == (J,)
+    np.testing.assert_allclose(above, _log_factors([1, 0, -1], level, -1.0) @ counts, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(below, _log_factors([-1, 0, 1], -level, -1.0) @ counts, rtol=1e-12, atol=1e-12)
+    assert np.dot(BET_WEIGHTS, np.exp(above)) == pytest.approx(flip_e_value(worse, better, n, level), rel=1e-12)
+    assert np.dot(BET_WEIGHTS, np.exp(below)) == pytest.approx(flip_e_value_below(worse, better, n, level), rel=1e-12)
+
+
+@pytest.mark.parametrize(("x", "n", "level"), [(1, 2000, 0.01), (40, 2000, 0.01), (0, 10, 0.5), (9, 10, 0.3)])
+def test_rate_log_factors_mix_to_the_e_values(x, n, level):
+    above, below = rate_log_factors(x, n, level, "greater"), rate_log_factors(x, n, level, "less")
+    assert np.dot(BET_WEIGHTS, np.exp(above)) == pytest.approx(rate_e_value(x, n, level), rel=1e-12)
+    assert np.dot(BET_WEIGHTS, np.exp(below)) == pytest.approx(rate_e_value_below(x, n, level), rel=1e-12)
+    np.testing.assert_allclose(below, x * np.log1p(-FRACTIONS) + (n - x) * np.log1p(FRACTIONS * level / (1 - level)),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_log_factors_of_batches_add_up_to_the_whole():
+    rng = np.random.default_rng(11)
+    x = rng.choice([1, 0, -1], size=600, p=[0.12, 0.8, 0.08])
+    cuts = np.sort(rng.choice(np.arange(1, 600), size=20, replace=False))
+    for direction in ("greater", "less"):
+        parts = sum(flip_log_factors(int((p == 1).sum()), int((p == -1).sum()), p.size, 0.02, direction)
+                    for p in np.split(x, cuts))
+        whole = flip_log_factors(int((x == 1).sum()), int((x == -1).sum()), x.size, 0.02, direction)
+        np.testing.assert_allclose(parts, whole, rtol=1e-10)
+        rates = sum(rate_log_factors(int((p == 1).sum()), p.size, 0.1, direction) for p in np.split(x, cuts))
+        np.testing.assert_allclose(rates, rate_log_factors(int((x == 1).sum()), x.size, 0.1, direction), rtol=1e-10)
+
+
+def test_log_factors_of_nothing_are_zero_and_errors_name_the_value():
+    assert not flip_log_factors(0, 0, 0, 0.02, "less").any() and not rate_log_factors(0, 0, 0.5, "greater").any()
+    with pytest.raises(ValueError, match=r"direction must be 'greater'.*got 'up'"):
+        flip_log_factors(1, 0, 3, 0.0, "up")
+    with pytest.raises(ValueError, match=r"level must be a number in \(0, 1\), got 1.5"):
+        rate_log_factors(1, 3, 1.5, "less")
+    with pytest.raises(ValueError, match="b \\+ c must be <= n"):
+        flip_log_factors(3, 2, 4, 0.0, "less")

@@ -69,7 +69,10 @@ def test_window_figures_are_the_health_vector(seed):
         lat, safety = h["latency_seconds"], h["safety"]
         want = [h["success"]["rate"], h["success"]["low"], h["success"]["high"], h["cost_per_solved_usd"],
                 *(lat[key] for key, _q in QUANTILES), safety["harmful_action_rate"],
-                safety["over_refusal_rate"] if safety["benign"] else None]
+                safety["over_refusal_rate"] if safety["benign"] else None,
+                safety["side_effect_rate"], *safety["side_effect_ci"], safety["side_effects_per_trace"],
+                safety["prompt_injection_rate"], *safety["prompt_injection_ci"],
+                h["steps"]["mean"], h["steps"]["solved_mean"]]
         want = [v if v is None or math.isfinite(v) else None for v in want]  # not finite: left out
         got = window_figures(agg, PRICES, NOW)
         assert len(got) == len(HEALTH_GAUGES)
