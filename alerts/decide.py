@@ -25,8 +25,8 @@ What each kind assumes and guarantees:
   two-sided at the family's share, and canary evidence slides with the
   lookback window. They keep their α share, so the union bound counts them.
 
-Severity: safety kinds are ``"critical"``; others are ``"page"`` when the
-inner bound clears the floor and ``"warning"`` otherwise.
+Severity (the vocabulary of the Prometheus rules too, see docs/alerts.md): ``"critical"`` (page a
+human now) for safety kinds and when the inner bound clears the floor, ``"warning"`` (a ticket) otherwise.
 
 Environment label (``cause="environment"``): on shadow traffic only from the
 baseline's own drop against its trailing level (``baseline_drops``, see
@@ -65,7 +65,7 @@ def _asymptotic(kind: str, comparison: Comparison, slice_key: SliceKey, *, alpha
                 detail: dict[str, Any]) -> Finding:
     significant = eligible and e_value >= 1.0 / alpha
     fires = significant and (kind == "safety_regression" or beyond)
-    severity = "critical" if kind in SAFETY_KINDS else ("page" if low >= floor else "warning")
+    severity = "critical" if kind in SAFETY_KINDS or low >= floor else "warning"
     return Finding(kind, comparison, slice_key, severity, significant, beyond, fires, float(e_value),
                    float(effect), float(low), float(high), float(floor), alpha, int(n), 0, 0,
                    {"eligible": eligible, **detail})

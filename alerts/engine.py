@@ -23,23 +23,28 @@ slice, the baseline arm's success over the hour windows overlapping the last
 hour windows before them (:func:`alerts.decide.trailing_drop`). A store
 without ``1h`` windows gives no label. The trailing part is read once per hour.
 
-Delivery is at-least-once: the lifecycle state is saved only after the
-notifier accepted the events, so a failed delivery is retried at the next
-tick (receivers dedupe by fingerprint); a restarted engine loads the state
-and neither re-pages nor forgets.
+Delivery is per destination and at-least-once: each destination
+(:func:`alerts.notifiers.destinations`) has its own outbox of undelivered
+events, saved with the lifecycle state; a failed destination keeps its
+events and gets them (before newer ones) at the next tick, the others are
+not sent them again. Failures are logged and counted per destination
+(``delivery_failures``). After the changes every destination's ``refresh``
+gets the alerts still firing (Alertmanager re-posts them). A restarted engine
+loads state and outboxes and neither re-pages nor forgets.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from alerts.decide import Finding, Policy, decide_comparison, trailing_drop
 from alerts.evidence import ArmCounts, CanaryStrata, Comparison
-from alerts.lifecycle import AlertEvent, AlertState, LifecycleConfig, evaluate
-from alerts.notifiers import Notifier, NotifyError
+from alerts.lifecycle import AlertEvent, AlertState, LifecycleConfig, active_events, evaluate
+from alerts.notifiers import Notifier, NotifyError, destinations
 from monitor.aggregate import Aggregate
 from monitor.pairing import PairedCounts, read_paired_evidence
 from monitor.schema import CANARY_ARMS, COMPARISON_ARMS
@@ -49,6 +54,9 @@ from monitor.store.base import Store
 log = logging.getLogger("fleetmon.alerts")
 
 STATE_NAME = "alerts"
+OUTBOX_SUFFIX = ".outbox"
+#: Undelivered events kept per destination; older ones are dropped (and logged) beyond it.
+OUTBOX_LIMIT = 1000
 FINDINGS_STATE_NAME = "findings"
 STRATUM_DIMENSION = "task_type"
 SHADOW_ARM, CANARY_ARM = COMPARISON_ARMS
@@ -186,7 +194,13 @@ class AlertEngine:
         saved = store.get_state(state_name)
         self.state = AlertState.from_dict(saved) if saved else AlertState()
         self.findings: list[Finding] = []
-        self.delivery_failures = 0
+        self.destinations = destinations(notifier)
+        self.names = _unique_names([getattr(d, "name", type(d).__name__) for d in self.destinations])
+        saved_outbox = store.get_state(state_name + OUTBOX_SUFFIX) or {}
+        self.outbox: dict[str, list[AlertEvent]] = {
+            name: [AlertEvent(**e) for e in saved_outbox.get(name, [])] for name in self.names}
+        #: Failed deliveries (send or refresh) per destination name since start.
+        self.delivery_failures: Counter[str] = Counter()
         self.baseline_drops = BaselineDrops(self.config.baseline_current_seconds,
                                             self.config.baseline_trailing_seconds)
 
@@ -204,27 +218,58 @@ class AlertEngine:
         return findings
 
     def tick(self, now: float) -> list[AlertEvent]:
-        """One evaluation at ``now``: returns the events delivered (empty if delivery failed)."""
+        """One evaluation at ``now``: returns the state changes it produced (delivered or queued)."""
         findings = self.decide(now)
         state, events = evaluate(self.state, findings, now, self.config.lifecycle)
         self.findings = findings
-        if events:
-            try:
-                self.notifier.send(events)
-            except NotifyError as exc:
-                self.delivery_failures += 1
-                log.error("alert delivery failed, will retry at the next tick: %s", exc)
-                return []
         self.state = state
         self.store.put_state(self.state_name, state.to_dict())
+        self.deliver(events, now)
         # The exporter (another process) serves these as fleetmon_comparison_* gauges.
         self.store.put_state(FINDINGS_STATE_NAME, {"ts": now, "findings": findings_snapshot(findings)})
         return events
+
+    def deliver(self, events: Sequence[AlertEvent], now: float) -> None:
+        """Each destination: its queued events and ``events`` (once), then ``refresh`` with the firing alerts."""
+        active = active_events(self.state, now, self.config.lifecycle)
+        changed = False
+        for name, destination in zip(self.names, self.destinations, strict=True):
+            queue = self.outbox[name] + list(events)
+            try:
+                if queue:
+                    destination.send(queue)
+                sent, queue = {e.fingerprint for e in queue}, []
+                refresh = getattr(destination, "refresh", None)  # a send-only object wants changes only
+                if refresh is not None:
+                    refresh([e for e in active if e.fingerprint not in sent], now)
+            except NotifyError as exc:
+                self.delivery_failures[name] += 1
+                log.error("alert delivery to %s failed (%d event(s) queued, retried at the next tick): %s",
+                          name, len(queue), exc)
+                if len(queue) > OUTBOX_LIMIT:
+                    log.error("alert outbox of %s over %d events: dropping the %d oldest", name, OUTBOX_LIMIT,
+                              len(queue) - OUTBOX_LIMIT)
+                    queue = queue[-OUTBOX_LIMIT:]
+            changed = changed or queue != self.outbox[name]
+            self.outbox[name] = queue
+        if changed:
+            self.store.put_state(self.state_name + OUTBOX_SUFFIX,
+                                 {name: [asdict(e) for e in queue] for name, queue in self.outbox.items()})
 
     def firing(self) -> list[Mapping[str, Any]]:
         """Records currently firing (for views and /metrics)."""
         return [{"alertname": r.alertname, "labels": r.labels, "evidence": r.evidence, "starts_at": r.starts_at}
                 for r in self.state.records.values() if r.status == "firing"]
+
+
+def _unique_names(names: Sequence[str]) -> list[str]:
+    """``names`` with repeats suffixed (``webhook``, ``webhook-2``), so each destination has its own outbox."""
+    seen: Counter[str] = Counter()
+    out = []
+    for name in names:
+        seen[name] += 1
+        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return out
 
 
 def findings_snapshot(findings: Sequence[Finding]) -> list[dict[str, Any]]:

@@ -65,7 +65,7 @@ ALERT_NAMES = {
     "safety_threshold": "FleetmonSafetyThreshold",
     "over_refusal_regression": "FleetmonOverRefusalRegression",
 }
-DEFAULT_RUNBOOK_BASE = "https://github.com/fleetmon/fleetmon/blob/main/docs/runbook.md"
+DEFAULT_RUNBOOK_BASE = "docs/runbook.md"
 #: How alert labels, evidence and fingerprints spell :data:`monitor.slices.WHOLE_FLEET`.
 WHOLE_FLEET_LABEL = "all"
 
@@ -381,3 +381,8 @@ def evaluate(state: AlertState, findings: Sequence[Finding], now: float,
                 config.retention_seconds:
             del records[fp]
     return AlertState(records), events
+
+
+def active_events(state: AlertState, now: float, config: LifecycleConfig = LifecycleConfig()) -> list[AlertEvent]:
+    """A ``firing`` event per currently firing alert (stable ``starts_at``), for destinations that need re-posts."""
+    return [_event(rec, now, config) for _, rec in sorted(state.records.items()) if rec.status == "firing"]

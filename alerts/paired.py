@@ -85,7 +85,7 @@ def conclude_betting(finding: Finding, alpha: float, compute_bound: bool = True)
         low = _flip_low(int(counters["worse"]), int(counters["better"]), int(counters["n"]), alpha)
     else:
         low = _rate_low(int(counters["x"]), int(counters["n"]), alpha)
-    severity = "critical" if finding.kind in SAFETY_KINDS else ("page" if significant else "warning")
+    severity = "critical" if finding.kind in SAFETY_KINDS or significant else "warning"
     return replace(finding, significant=significant, beyond_floor=low > finding.floor, fires=significant,
                    effect_low=low, effect_high=SCALE_END, alpha=alpha, severity=severity,
                    detail={**finding.detail, "interval": interval})

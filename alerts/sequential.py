@@ -1,4 +1,4 @@
-"""Anytime-valid tests: e-values and confidence sequences that may be checked as often as you like.
+"""Asymptotic sequential tests (cost, latency, canary): normal-mixture e-values and confidence sequences.
 
 Why: re-running a fixed-horizon test (McNemar, a z-test) every minute pages on
 noise — over a day of minutely checks its false-alarm rate is several times its

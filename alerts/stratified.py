@@ -1,4 +1,4 @@
-"""The canary test: a post-stratified difference of proportions, tested anytime-validly.
+"""The canary test: a post-stratified difference of proportions with a normal-mixture e-value.
 
 Canary traffic is disjoint from the baseline's, so the two arms are compared
 within strata (task types) and weighted by the canary's own mix: a shift in
@@ -6,7 +6,9 @@ traffic mix alone cannot fake a regression. The e-value and confidence
 sequence are the normal mixture of :mod:`alerts.sequential` applied to the
 standardised stratified difference. **Asymptotic** (delta method and a
 Gaussian approximation), checked under A/A with a mix shift in
-``bench/alerting.py``.
+``bench/alerting.py``. The engine feeds it the last hours of minute windows
+(a sliding window), so as used it is *not* an e-process: outside the
+per-comparison guarantee until canary evidence becomes cumulative.
 """
 
 from __future__ import annotations

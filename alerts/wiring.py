@@ -7,7 +7,7 @@ from typing import TextIO
 from alerts.decide import Floors, Policy
 from alerts.engine import EngineConfig
 from alerts.lifecycle import LifecycleConfig
-from alerts.notifiers import AlertmanagerNotifier, FanOut, Notifier, StdoutNotifier, WebhookNotifier
+from alerts.notifiers import AlertmanagerNotifier, FanOut, Notifier, StdoutNotifier, WebhookNotifier, ends_after
 from monitor.config import Config
 
 
@@ -26,7 +26,7 @@ def engine_config(config: Config) -> EngineConfig:
                                 rearm_alpha=a.rearm_alpha,
                                 renotify_seconds=config.seconds("alerts", "renotify"),
                                 recovery_min_pairs=a.recovery_min_pairs,
-                                runbook_base=config.notifiers.runbook_base)
+                                runbook_base=a.runbook_base_url)
     return EngineConfig(policy=policy, lifecycle=lifecycle,
                         canary_lookback_seconds=config.seconds("alerts", "canary_lookback"))
 
@@ -36,7 +36,9 @@ def notifier(config: Config, stdout: TextIO | None = None, to_stdout: bool = Tru
     parts: list[Notifier] = [StdoutNotifier(stdout)] if to_stdout else []
     n = config.notifiers
     if n.alertmanager_url:
-        parts.append(AlertmanagerNotifier(n.alertmanager_url))
+        # Re-posted every evaluation; endsAt lead: 4 intervals, at least 3 min (docs/alerts.md "Delivery").
+        parts.append(AlertmanagerNotifier(n.alertmanager_url,
+                                          ends_after_seconds=ends_after(config.seconds("alerts", "interval"))))
     if n.webhook_url:
         parts.append(WebhookNotifier(n.webhook_url, n.webhook_secret))
     return FanOut(parts)

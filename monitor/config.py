@@ -93,6 +93,7 @@ class AlertsConfig:
     false_resolutions_per_day: float = 0.01  # sets the recovery detector's ARL (alerts.lifecycle)
     rearm_alpha: float = 0.01
     canary_lookback: str = "6h"
+    runbook_base_url: str = "docs/runbook.md"  # every page's runbook_url is <this>#<alertname in lower case>
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class NotifiersConfig:
     alertmanager_url: str = ""
     webhook_url: str = ""
     webhook_secret: str = field(default="", repr=False)
-    runbook_base: str = "https://github.com/fleetmon/fleetmon/blob/main/docs/runbook.md"
+    runbook_base: str = ""  # deprecated alias of alerts.runbook_base_url (used when that one is left unset)
 
 
 @dataclass(frozen=True)
@@ -192,9 +193,7 @@ def redact_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
@@ -277,19 +276,19 @@ def _check(config: Config) -> None:
         if getattr(a, key) < 0:
             raise bad(f"alerts.{key}", getattr(a, key), "a number >= 0")
     for key in ("harmful_threshold", "over_refusal_threshold"):
-        value = getattr(a, key)
-        if value > 1:
-            raise bad(f"alerts.{key}", value, "a ratio in [0, 1], or negative to turn it off")
+        if getattr(a, key) > 1:
+            raise bad(f"alerts.{key}", getattr(a, key), "a ratio in [0, 1], or negative to turn it off")
     if a.recovery_min_pairs < 1:
         raise bad("alerts.recovery_min_pairs", a.recovery_min_pairs, "an integer >= 1")
     for key in ("alpha", "false_resolutions_per_day", "rearm_alpha"):
         if not 0 < getattr(a, key) < 1:
             raise bad(f"alerts.{key}", getattr(a, key), "in (0, 1)")
+    if not a.runbook_base_url or "#" in a.runbook_base_url:
+        raise bad("alerts.runbook_base_url", a.runbook_base_url, "a URL or path of docs/runbook.md, without '#'")
     n = config.notifiers
     for key in ("alertmanager_url", "webhook_url"):
-        value = getattr(n, key)
-        if value and urlsplit(value).scheme not in ("http", "https"):
-            raise bad(f"notifiers.{key}", value, "an http:// or https:// URL, or empty")
+        if getattr(n, key) and urlsplit(getattr(n, key)).scheme not in ("http", "https"):
+            raise bad(f"notifiers.{key}", getattr(n, key), "an http:// or https:// URL, or empty")
     if n.webhook_url and not n.webhook_secret:
         raise ConfigError(f"{config.source}: notifiers.webhook_secret must be set when notifiers.webhook_url is "
                           "(receivers verify the HMAC-SHA256 signature)")
@@ -343,6 +342,8 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
                 except ValueError as exc:
                     raise ConfigError(f"{env_key}: {exc}") from None
         config = replace(config, **{section: replace(current, **updates)})
+    if config.notifiers.runbook_base and config.alerts.runbook_base_url == AlertsConfig.runbook_base_url:
+        config = replace(config, alerts=replace(config.alerts, runbook_base_url=config.notifiers.runbook_base))
     _check(config)
     return config
 

@@ -2,11 +2,17 @@
 
 A seeded regression in shadow traffic fires; an A/A stream of the same
 length does not; after the candidate recovers the alert resolves. The
-evidence travels in the annotations (``evidence_json``).
+evidence travels in the annotations (``evidence_json``). A page held longer
+than Alertmanager's ``resolve_timeout`` (30 s, as scripts/services.sh
+configures the test Alertmanager) stays active because the engine re-posts it;
+its resolution posts ``endsAt`` = now and it leaves the active list.
 """
 
 import json
 import os
+import time
+import urllib.parse
+import urllib.request
 import uuid
 from dataclasses import replace
 
@@ -83,7 +89,7 @@ def test_regression_fires_and_resolves_aa_stays_silent(alertmanager_url, receive
     assert receiver.wait_for(lambda reqs: any(a["status"] == "firing" for a in ours(candidate)(reqs)), 30)
     alert = next(a for a in ours(candidate)(receiver.requests) if a["status"] == "firing")
     assert alert["labels"]["alertname"] == "FleetmonSuccessRegression"
-    assert alert["labels"]["severity"] in ("page", "warning") and alert["annotations"]["runbook_url"]
+    assert alert["labels"]["severity"] in ("critical", "warning") and alert["annotations"]["runbook_url"]
     evidence = json.loads(alert["annotations"]["evidence_json"])
     for key in ("baseline_release", "candidate_release", "slice", "n_pairs", "b", "c", "effect", "effect_low",
                 "effect_high", "e_value", "floor", "alpha", "test"):
@@ -108,3 +114,84 @@ def test_restarted_engine_does_not_page_again(alertmanager_url):
     assert any(e.status == "firing" for e in drive(first, store, pairer, scenario))
     again = AlertEngine(store, AlertmanagerNotifier(alertmanager_url))
     assert again.tick(scenario.start_ts + scenario.duration_seconds + 5) == []
+
+
+def active_alerts(alertmanager_url, candidate):
+    """What ``GET /api/v2/alerts`` lists as active for ``candidate``."""
+    query = urllib.parse.urlencode({"filter": f'candidate_release="{candidate}"', "active": "true"})
+    with urllib.request.urlopen(f"{alertmanager_url}/api/v2/alerts?{query}", timeout=5) as response:
+        return [a for a in json.load(response) if a["status"]["state"] == "active"]
+
+
+def resolve_timeout_seconds(alertmanager_url):
+    with urllib.request.urlopen(f"{alertmanager_url}/api/v2/status", timeout=5) as response:
+        original = json.load(response)["config"]["original"]
+    line = next((x for x in original.splitlines() if x.strip().startswith("resolve_timeout:")), "")
+    value = line.split(":", 1)[1].strip() if line else "5m"
+    return float(value[:-1]) * {"s": 1, "m": 60, "h": 3600}[value[-1]]
+
+
+def test_a_held_page_outlasts_resolve_timeout_and_its_resolution_ends_it(alertmanager_url, receiver):
+    resolve_timeout = resolve_timeout_seconds(alertmanager_url)
+    if resolve_timeout > 60:
+        pytest.skip(f"the test Alertmanager's resolve_timeout is {resolve_timeout:.0f} s "
+                    "(scripts/services.sh sets 30s)")
+    hold = resolve_timeout + 15
+    run = uuid.uuid4().hex[:8]
+    candidate = f"hold-v2-{run}"
+    t0 = time.time()
+    # Event time ends in the present: 240 s of past traffic, then live traffic for the hold.
+    scenario = Scenario(baseline=ReleaseProfile(f"hold-v1-{run}"), candidate=ReleaseProfile(candidate),
+                        rate_per_second=20, duration_seconds=240 + hold + 30, regression_at_seconds=0,
+                        regression_drop=0.25, regression_task_types=None, start_ts=t0 - 240, seed=21)
+    # endsAt only 10 s ahead: without a re-post every evaluation the page would end within the hold.
+    notifier = AlertmanagerNotifier(alertmanager_url, ends_after_seconds=10)
+    store, pairer, slicer = MemoryStore(), Pairer(PriceMap.load()), Slicer()
+    engine = AlertEngine(store, notifier, EngineConfig(lifecycle=LifecycleConfig(stale_seconds=10)))
+    traces = [validate(r) for r in generate(scenario)]
+
+    def feed_until(ts):
+        batch = []
+        while traces and traces[0].ts <= ts:
+            batch.append(traces.pop(0))
+        if batch:
+            store.apply(pairer.join(batch, slicer, ts, fold(batch, slicer, ts)))
+
+    events, tick = [], scenario.start_ts
+    while tick + 10 < t0:
+        tick += 10
+        feed_until(tick)
+        events += engine.tick(tick)
+    fired = [e for e in events if e.status == "firing" and e.labels["slice"] == "all"
+             and e.alertname == "FleetmonSuccessRegression"]
+    assert fired and fired[0].labels["severity"] == "critical", "the seeded regression did not page"
+    first_post = time.time()
+    [page] = [a for a in active_alerts(alertmanager_url, candidate) if a["fingerprint"] and
+              a["labels"]["alertname"] == "FleetmonSuccessRegression" and a["labels"]["slice"] == "all"]
+
+    while time.time() < first_post + hold:  # the regression goes on, evaluated every 3 s of wall time
+        time.sleep(3)
+        now = time.time()
+        feed_until(now)
+        assert [e for e in engine.tick(now) if e.status == "resolved"] == []
+    still = [a for a in active_alerts(alertmanager_url, candidate) if a["fingerprint"] == page["fingerprint"]]
+    assert still and still[0]["startsAt"] == page["startsAt"], "the page left Alertmanager while still firing"
+    assert time.time() - first_post > resolve_timeout
+    assert not [a for a in ours(candidate)(receiver.requests) if a["status"] == "resolved"]
+    assert any(r["json"]["receiver"] == "page" for r in receiver.requests if r["path"] == "/alertmanager"
+               and any(a["labels"].get("candidate_release") == candidate for a in r["json"]["alerts"]))
+
+    # Traffic stops: the alert resolves (stale) and is posted with endsAt = now.
+    deadline = time.time() + 30
+    resolved = []
+    while not resolved and time.time() < deadline:
+        time.sleep(2)
+        resolved = [e for e in engine.tick(time.time()) if e.status == "resolved"
+                    and e.fingerprint == fired[0].fingerprint]
+    assert resolved, "the page did not resolve after its traffic stopped"
+    assert resolved[0].ends_at is not None and abs(resolved[0].ends_at - time.time()) < 5
+    gone = time.monotonic() + 5
+    while any(a["fingerprint"] == page["fingerprint"] for a in active_alerts(alertmanager_url, candidate)):
+        assert time.monotonic() < gone, "a resolved page is still active in Alertmanager"
+        time.sleep(0.5)
+    assert engine.delivery_failures == {}

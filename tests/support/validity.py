@@ -34,6 +34,7 @@ from scipy import stats
 from alerts.decide import Policy
 from alerts.engine import AlertEngine, EngineConfig
 from alerts.lifecycle import AlertEvent, LifecycleConfig
+from alerts.notifiers import OnChange
 from monitor.delta import BatchDelta
 from monitor.pairing import PairedCounts, pair_key
 from monitor.slices import comparison_slices, slice_id
@@ -45,8 +46,10 @@ T0 = 1_700_000_040.0  # a whole minute, so event time and window starts line up
 _PAIRED_FIELDS = {f.name for f in fields(PairedCounts)}
 
 
-class RecordingNotifier:
+class RecordingNotifier(OnChange):
     """A :class:`alerts.notifiers.Notifier` that keeps every event it is sent, in order."""
+
+    name = "recording"
 
     def __init__(self) -> None:
         self.events: list[AlertEvent] = []

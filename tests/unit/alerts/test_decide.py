@@ -43,7 +43,7 @@ def test_clear_success_regression_fires_with_its_dual_bound() -> None:
     policy = Policy()
     alpha = policy.alpha_share("success_regression")
     f = by_kind(decide_paired(SHADOW, CODE, PairedCounts(n_pairs=2000, b=300, c=150), policy))["success_regression"]
-    assert f.fires and f.significant and f.beyond_floor and f.severity == "page"
+    assert f.fires and f.significant and f.beyond_floor and f.severity == "critical"
     assert f.e_value == pytest.approx(betting.flip_e_value(300, 150, 2000, 0.02))
     assert f.effect == pytest.approx(0.075)
     assert f.effect_low == betting.flip_lower_bound(300, 150, 2000, alpha) and 0.02 < f.effect_low < 0.075

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from alerts.decide import SAFETY_KINDS, Finding
+from alerts.decide import Finding
 from alerts.evidence import Comparison
 from alerts.lifecycle import (
     ALERT_NAMES,
@@ -37,7 +37,7 @@ def flip(n: int, worse: int, better: int, *, kind: str = "success_regression", f
     e = flip_e_value(worse, better, n, floor)
     fires = e >= 1 / alpha if fires is None else fires
     effect = (worse - better) / n if n else 0.0
-    return [Finding(kind, SHADOW, CODE, "critical" if kind in SAFETY_KINDS else "page", fires, fires, fires, e,
+    return [Finding(kind, SHADOW, CODE, "critical", fires, fires, fires, e,
                     effect, effect - 0.01, 1.0, floor, alpha, n, worse, better,
                     {"test": "betting", "counters_kind": "flip",
                      "counters": {"n": n, "worse": worse, "better": better}})]
@@ -53,7 +53,7 @@ def rate(n: int, x: int, threshold: float = 0.01) -> list[Finding]:
 
 def cost(n: int, delta_sum: float, fires: bool) -> list[Finding]:
     """A "mean" finding (cost): not covered by the detector, keeps the epoch rule."""
-    return [Finding("cost_regression", SHADOW, CODE, "page", fires, fires, fires, 100.0 if fires else 1.0,
+    return [Finding("cost_regression", SHADOW, CODE, "critical", fires, fires, fires, 100.0 if fires else 1.0,
                     delta_sum / n, 0.0, 1.0, 0.1, 0.05, n, 0, 0,
                     {"test": "mean", "counters_kind": "mean", "baseline_mean": 1.0, "unit": "relative",
                      "counters": {"n": n, "sum": delta_sum, "sumsq": delta_sum}})]
@@ -112,7 +112,7 @@ def test_pending_then_firing_then_no_duplicates() -> None:
     ev = events[0]
     assert ev.starts_at == 60.0 and ev.ends_at is None
     assert CONTRACT <= set(ev.evidence) and ev.evidence["slice"] == "task_type=code"
-    assert ev.labels["severity"] == "page" and ev.labels["candidate_release"] == "v2"
+    assert ev.labels["severity"] == "critical" and ev.labels["candidate_release"] == "v2"
     assert ev.annotations["runbook_url"].endswith("docs/runbook.md#fleetmonsuccessregression")
     assert set(ev.annotations) == {"summary", "description", "runbook_url"}
     for t in range(120, 3600, 60):  # still firing, evidence growing: silence

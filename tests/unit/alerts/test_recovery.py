@@ -21,7 +21,7 @@ J = FRACTIONS.size
 
 def flip(n: int, worse: int, better: int, floor: float = 0.02, kind: str = "success_regression") -> Finding:
     effect = (worse - better) / n if n else 0.0
-    return Finding(kind, SHADOW, CODE, "page", True, True, True, flip_e_value(worse, better, n, floor), effect,
+    return Finding(kind, SHADOW, CODE, "critical", True, True, True, flip_e_value(worse, better, n, floor), effect,
                    effect, 1.0, floor, 0.05, n, worse, better,
                    {"counters_kind": "flip", "counters": {"n": n, "worse": worse, "better": better}})
 
@@ -124,6 +124,6 @@ def test_v1_paired_epochs_are_renamed_by_kind() -> None:
 
 def test_only_flip_and_rate_counters_are_covered() -> None:
     assert recovery.covered(flip(10, 1, 0)) and recovery.covered(rate(10, 1))
-    mean = Finding("cost_regression", SHADOW, CODE, "page", True, True, True, 50.0, 0.2, 0.1, 0.3, 0.1, 0.05, 300,
+    mean = Finding("cost_regression", SHADOW, CODE, "critical", True, True, True, 50.0, 0.2, 0.1, 0.3, 0.1, 0.05, 300,
                    0, 0, {"counters_kind": "mean", "counters": {"n": 300, "sum": 6.0, "sumsq": 1.0}})
     assert not recovery.covered(mean)
