@@ -3,8 +3,13 @@
 Pure: time is passed in, state is a value that serialises to a JSON-able dict
 (stored in Redis, so a restarted engine neither re-pages nor forgets).
 
-Per fingerprint (stable hash of alert name + comparison + slice, plus the
-metric for threshold alerts, which share a name):
+One alert per (comparison, kind), plus the metric for threshold alerts, which
+share a name (:mod:`alerts.pages`: the fingerprint has no slice; a page fires
+when any slice's finding fires and names the firing slices in
+``localization``). Its lifecycle runs on one finding's counters: the whole
+fleet's when it fires, else the firing slice with the largest effect (chosen
+at each look of the hold, fixed at firing); that slice is recorded (``tracked_slice``) and kept from
+firing through resolution and re-arm. Per alert:
 
 - **pending**: a finding fires; it must keep firing at every evaluation for
   ``for_seconds`` (60 s; ``safety_for_seconds`` = 0 for safety kinds, which
@@ -40,14 +45,13 @@ last new evidence.
 
 State format (``AlertState.to_dict``, version 2): per record, besides labels
 and evidence, ``epoch`` (counters at the epoch / at the resolution),
-``log_wealth`` (the detector's L_j, one per bet) and ``last_counters`` (the
-counters it last saw). Version-1 states load: a firing record's epoch becomes
+``log_wealth`` (the detector's L_j, one per bet), ``last_counters`` (the
+counters it last saw) and ``tracked_slice``. Version-1 states load: a firing record's epoch becomes
 the start of its detector.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -55,24 +59,11 @@ from typing import Any
 
 from alerts import recovery
 from alerts.decide import SAFETY_KINDS, Finding
-from monitor.slices import WHOLE_FLEET, SliceKey
+from alerts.pages import ALERT_NAMES, WHOLE_FLEET_LABEL, Page, evidence_of, fingerprint, group, slice_label
 
-ALERT_NAMES = {
-    "success_regression": "FleetmonSuccessRegression",
-    "cost_regression": "FleetmonCostRegression",
-    "latency_regression": "FleetmonLatencyRegression",
-    "safety_regression": "FleetmonSafetyRegression",
-    "safety_threshold": "FleetmonSafetyThreshold",
-    "over_refusal_regression": "FleetmonOverRefusalRegression",
-}
 DEFAULT_RUNBOOK_BASE = "docs/runbook.md"
-#: How alert labels, evidence and fingerprints spell :data:`monitor.slices.WHOLE_FLEET`.
-WHOLE_FLEET_LABEL = "all"
-
-
-def slice_label(key: SliceKey) -> str:
-    """A slice for humans and alert labels: ``"task_type=code,tenant=acme"``, or ``"all"`` for the whole fleet."""
-    return ",".join(f"{dim}={value}" for dim, value in key) if key != WHOLE_FLEET else WHOLE_FLEET_LABEL
+__all__ = ["ALERT_NAMES", "DEFAULT_RUNBOOK_BASE", "WHOLE_FLEET_LABEL", "AlertEvent", "AlertRecord", "AlertState",
+           "LifecycleConfig", "active_events", "evaluate", "evidence_of", "fingerprint", "slice_label"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +119,7 @@ class AlertRecord:
     resolve_reason: str | None = None
     log_wealth: list[float] | None = None
     last_counters: dict[str, Any] | None = None
+    tracked_slice: str | None = None
 
 
 def _upgrade_v1(record: Mapping[str, Any]) -> AlertRecord:
@@ -153,46 +145,6 @@ class AlertState:
         return cls({fp: AlertRecord(**r) for fp, r in d.get("records", {}).items()})
 
 
-def fingerprint(finding: Finding) -> str:
-    """Stable across processes and restarts: sha256 of alert name, releases, arm, slice (and metric)."""
-    c = finding.comparison
-    parts = [ALERT_NAMES[finding.kind], c.baseline_release, c.candidate_release, c.arm,
-             slice_label(finding.slice_key), str(finding.detail.get("metric", ""))]
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
-
-
-def _json_number(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return x
-
-
-def evidence_of(finding: Finding) -> dict[str, Any]:
-    """The evidence contract: who, where, counts, effect with interval, test statistic, floor, α, test."""
-    c = finding.comparison
-    ev = {"baseline_release": c.baseline_release, "candidate_release": c.candidate_release, "arm": c.arm,
-          "slice": slice_label(finding.slice_key), "kind": finding.kind, "n_pairs": finding.n_pairs,
-          "b": finding.b, "c": finding.c, "effect": finding.effect, "effect_low": finding.effect_low,
-          "effect_high": finding.effect_high, "e_value": finding.e_value, "floor": finding.floor,
-          "alpha": finding.alpha, "test": finding.detail.get("test", ""), "severity": finding.severity,
-          "significant": finding.significant, "beyond_floor": finding.beyond_floor}
-    for key in ("cause", "cause_reason", "metric", "unit", "alpha_family", "family_size", "rejections"):
-        if key in finding.detail:
-            ev[key] = finding.detail[key]
-    return {k: _json_number(v) for k, v in ev.items()}
-
-
-def _labels(finding: Finding) -> dict[str, str]:
-    c = finding.comparison
-    labels = {"alertname": ALERT_NAMES[finding.kind], "severity": finding.severity,
-              "baseline_release": c.baseline_release, "candidate_release": c.candidate_release,
-              "arm": c.arm, "slice": slice_label(finding.slice_key)}
-    for key in ("metric", "cause"):
-        if key in finding.detail:
-            labels[key] = str(finding.detail[key])
-    return labels
-
-
 def _fmt(x: Any) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
 
@@ -200,12 +152,16 @@ def _fmt(x: Any) -> str:
 def _annotations(rec: AlertRecord, config: LifecycleConfig, note: str = "") -> dict[str, str]:
     ev = rec.evidence
     what = ev["kind"].replace("_", " ")
+    where = [str(s["slice"]) for s in ev.get("localization", [])]
+    place = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
     summary = (f"{what}: {ev['candidate_release']} vs {ev['baseline_release']} "
-               f"({ev['arm']}, slice {ev['slice']})")
+               f"({ev['arm']}, {'in ' + place if where else 'no slice firing now'})")
     description = (f"effect {_fmt(ev['effect'])} (positive = candidate worse), interval "
                    f"[{_fmt(ev['effect_low'])}, {_fmt(ev['effect_high'])}], floor {_fmt(ev['floor'])}; "
                    f"e-value {_fmt(ev['e_value'])} at alpha {_fmt(ev['alpha'])}; n_pairs={ev['n_pairs']} "
                    f"b={ev['b']} c={ev['c']}; test: {ev['test']}.")
+    if ev.get("tracked_slice") not in (None, ev["slice"]):
+        description += f" Only some slices fire; the lifecycle follows slice {ev['tracked_slice']}."
     if "cause" in ev:
         description += f" Likely cause: {ev['cause']} ({ev.get('cause_reason', '')})."
     if note:
@@ -234,21 +190,33 @@ def _hold_seconds(finding: Finding, config: LifecycleConfig) -> float:
     return config.safety_for_seconds if finding.kind in SAFETY_KINDS else config.for_seconds
 
 
-def _fire(rec: AlertRecord, finding: Finding, now: float) -> AlertRecord:
+def _fire(rec: AlertRecord, page: Page, finding: Finding, now: float) -> AlertRecord:
+    """Firing on ``finding``'s counters; its slice is recorded so the lifecycle keeps running on it."""
     counters = recovery.counters_of(finding)
+    rec = replace(rec, status="firing", labels=page.labels(finding), starts_at=now, ends_at=None, last_notified=now,
+                  resolve_reason=None, log_wealth=None, tracked_slice=slice_label(finding.slice_key),
+                  evidence=page.evidence(finding))
     if recovery.covered(finding):  # the detector starts at the firing counters
-        return replace(rec, status="firing", labels=_labels(finding), starts_at=now, ends_at=None, last_notified=now,
-                       epoch=None, resolve_reason=None, log_wealth=None, last_counters=counters)
-    return replace(rec, status="firing", labels=_labels(finding), starts_at=now, ends_at=None, last_notified=now,
-                   epoch=counters, resolve_reason=None, log_wealth=None, last_counters=None)
+        return replace(rec, epoch=None, last_counters=counters)
+    return replace(rec, epoch=counters, last_counters=None)
 
 
-def _pending(rec: AlertRecord | None, finding: Finding, fp: str, now: float) -> AlertRecord:
-    """A new hold; a re-armed one keeps its resolved record (epoch, reason) to return to if cancelled."""
+def _pending(rec: AlertRecord | None, page: Page, finding: Finding, now: float) -> AlertRecord:
+    """A new hold; a re-armed one keeps its resolved record (epoch, reason, slice) to return to if cancelled."""
     if rec is not None and rec.resolve_reason == "recovered":
-        return replace(rec, status="pending", labels=_labels(finding), pending_since=now)
-    return AlertRecord(fingerprint=fp, alertname=ALERT_NAMES[finding.kind], status="pending", labels=_labels(finding),
-                       evidence=evidence_of(finding), last_evidence_at=now, last_n=finding.n_pairs, pending_since=now)
+        return replace(rec, status="pending", labels=page.labels(finding), pending_since=now)
+    return AlertRecord(fingerprint=page.fingerprint, alertname=ALERT_NAMES[finding.kind], status="pending",
+                       labels=page.labels(finding), evidence=page.evidence(finding), last_evidence_at=now,
+                       last_n=finding.n_pairs, pending_since=now, tracked_slice=slice_label(finding.slice_key))
+
+
+def _tracked(rec: AlertRecord | None, page: Page) -> Finding | None:
+    """The finding the record's lifecycle runs on: its recorded slice once it fired (firing, or resolved as
+    recovered and waiting to re-arm); otherwise :meth:`Page.lead`. ``None``: that slice is missing."""
+    if rec is not None and rec.tracked_slice is not None and (
+            rec.status == "firing" or rec.resolve_reason == "recovered"):
+        return page.at(rec.tracked_slice)
+    return page.lead()
 
 
 def _cancel(rec: AlertRecord) -> AlertRecord | None:
@@ -331,14 +299,18 @@ def evaluate(state: AlertState, findings: Sequence[Finding], now: float,
     records = dict(state.records)
     events: list[AlertEvent] = []
     seen: set[str] = set()
-    for f in findings:
-        fp = fingerprint(f)
-        seen.add(fp)
+    for page in group(findings):
+        fp = page.fingerprint
         rec = records.get(fp)
+        f = _tracked(rec, page)
+        if f is None:  # the tracked slice has no finding this time: as if the alert's evidence were missing
+            continue
+        seen.add(fp)
         progressed = rec is None or f.n_pairs != rec.last_n
         if rec is not None:
-            rec = replace(rec, evidence=evidence_of(f), last_n=f.n_pairs,
-                          last_evidence_at=now if progressed else rec.last_evidence_at)
+            rec = replace(rec, evidence=page.evidence(f), last_n=f.n_pairs,
+                          last_evidence_at=now if progressed else rec.last_evidence_at,
+                          tracked_slice=slice_label(f.slice_key))
         if rec is None or rec.status == "resolved":
             if rec is not None and rec.resolve_reason == "recovered":
                 armed, rec = _rearmed(rec, f, config)
@@ -348,7 +320,7 @@ def evaluate(state: AlertState, findings: Sequence[Finding], now: float,
                 if rec is not None:
                     records[fp] = rec
                 continue
-            rec = _pending(rec, f, fp, now)
+            rec = _pending(rec, page, f, now)
         if rec.status == "pending":
             holding, rec = _holding(rec, f, config)
             if not holding:
@@ -359,7 +331,7 @@ def evaluate(state: AlertState, findings: Sequence[Finding], now: float,
                     records[fp] = cancelled
                 continue
             if _since(rec.pending_since, now) >= _hold_seconds(f, config):
-                rec = _fire(rec, f, now)
+                rec = _fire(rec, page, f, now)
                 events.append(_event(rec, now, config))
             records[fp] = rec
             continue

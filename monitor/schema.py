@@ -3,8 +3,9 @@
 A trace is validated into a :class:`Trace` or rejected with *every* problem
 found, each naming the field, the value and what is allowed. Nothing is
 silently coerced: a negative token count, a NaN latency, an unparseable
-timestamp or ``tokens_cached_in > tokens_in`` is an error. Unknown fields
-become string tags. Two input shapes are accepted:
+timestamp or ``tokens_cached_in > tokens_in`` is an error; so is a value
+beyond the bounds of :mod:`monitor.limits` (counts, latency, fees, label
+text). Unknown fields become string tags; tags are flat. Two input shapes are accepted:
 
 * the full form of DESIGN.md (``trace_id``, ``ts``, ``model_id``, an outcome);
 * the compact trial-log form ``{agent, task, trial, ok, tin, tout, tin_cached,
@@ -29,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from monitor.limits import MAX_FEES_USD, MAX_LATENCY_MS, MAX_TS, Checker
 
 OUTCOMES = ("success", "failure", "escalated", "abandoned")
 ARMS = ("baseline", "canary", "shadow")  # a trace's arm; below: a shadow pair, a canary stratum, a candidate
@@ -61,9 +64,6 @@ KNOWN_FIELDS = frozenset(
      *_OPTIONAL_BOOL_FIELDS))
 COMPACT_FIELDS = frozenset(("agent", "task", "trial", "ok", "tin", "tout", "tin_cached",
                             "steps", "lat", "fees"))
-
-_TRUE_TEXT = frozenset(("1", "true", "True", "TRUE", "yes"))
-_FALSE_TEXT = frozenset(("0", "false", "False", "FALSE", "no"))
 
 
 class TraceError(ValueError):
@@ -134,24 +134,30 @@ def success_proxy(ok: bool | None, outcome: str | None, user_signal: str,
     return outcome == "success" and user_signal != "down" and recontact_24h is not True
 
 
-def parse_ts(value: Any) -> float:
-    """Epoch seconds (int/float) or an RFC 3339 string → epoch seconds.
+def parse_ts(value: Any, from_text: bool = False) -> float:
+    """Epoch seconds (a number, or its text when ``from_text``) or an RFC 3339 string → epoch seconds.
 
-    Raises ValueError for NaN, infinities, negatives and unparseable text. A
-    string without an offset is rejected: event time must be unambiguous.
+    Raises ValueError for NaN, infinities, values outside ``[0, MAX_TS]`` and
+    unparseable text. A string without an offset is rejected: event time must
+    be unambiguous. Like every numeric field, a number in a JSON string is
+    accepted only from text formats (CSV).
     """
     if isinstance(value, bool):
         raise ValueError(f"must be epoch seconds or an RFC 3339 string, got {value!r}")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"must be finite epoch seconds >= 0, got {value!r}")
+        if not math.isfinite(value) or value < 0 or value > MAX_TS:
+            raise ValueError(f"must be finite epoch seconds in [0, {MAX_TS:.0f}], got {value!r}")
         return float(value)
     if isinstance(value, str):
         text = value.strip()
         try:
-            return parse_ts(float(text))
+            number = float(text)
         except ValueError:
             pass
+        else:
+            if from_text:
+                return parse_ts(number)
+            raise ValueError(f"must be a JSON number of epoch seconds or an RFC 3339 string, got {value!r}")
         try:
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:
@@ -162,101 +168,14 @@ def parse_ts(value: Any) -> float:
     raise ValueError(f"must be epoch seconds or an RFC 3339 string, got {value!r}")
 
 
-class _Checker:
-    """Collects problems while reading fields of one record."""
-
-    def __init__(self, record: Mapping[str, Any], from_text: bool) -> None:
-        self.record = record
-        self.from_text = from_text
-        self.problems: list[str] = []
-
-    def bad(self, name: str, value: Any, allowed: str) -> None:
-        shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        self.problems.append(f"{name} must be {allowed}, got {shown}")
-
-    def text(self, name: str, value: Any, required: bool = False) -> str | None:
-        if value is None or (self.from_text and value == "" and not required):
-            if required:
-                self.problems.append(f"{name} is required")
-            return None
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            self.bad(name, value, "a string")
-            return None
-        text = str(value)
-        if required and not text:
-            self.bad(name, text, "a non-empty string")
-            return None
-        return text
-
-    def count(self, name: str, value: Any) -> int:
-        if value is None or (self.from_text and value == ""):
-            return 0
-        if self.from_text and isinstance(value, str):
-            try:
-                value = float(value) if "." in value or "e" in value.lower() else int(value)
-            except ValueError:
-                self.bad(name, value, "an integer >= 0")
-                return 0
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            self.bad(name, value, "an integer >= 0")
-            return 0
-        return value
-
-    def number(self, name: str, value: Any, default: float | None) -> float | None:
-        if value is None or (self.from_text and value == ""):
-            return default
-        if self.from_text and isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                self.bad(name, value, "a finite number >= 0")
-                return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value < 0:
-            self.bad(name, value, "a finite number >= 0")
-            return default
-        return float(value)
-
-    def flag(self, name: str, value: Any, optional: bool) -> bool | None:
-        if value is None or (self.from_text and value == ""):
-            return None if optional else False
-        if self.from_text and isinstance(value, str):
-            if value in _TRUE_TEXT:
-                return True
-            if value in _FALSE_TEXT:
-                return False
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1) and not self.from_text:
-            return bool(value)
-        if self.from_text and isinstance(value, (int, float)) and value in (0, 1):
-            return bool(value)
-        self.bad(name, value, "true or false")
-        return None if optional else False
-
-    def choice(self, name: str, value: Any, allowed: tuple[str, ...], default: str | None) -> str | None:
-        if value is None or (self.from_text and value == ""):
-            return default
-        if value not in allowed:
-            self.bad(name, value, "one of " + ", ".join(allowed))
-            return default
-        chosen: str = value  # a member of allowed
-        return chosen
-
-
-def _tag_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
+def _tag(check: Checker, tags: dict[str, str], name: str, key: Any, value: Any) -> None:
+    """Add one tag: a label-safe key and a scalar value (tags are flat: no objects, no arrays)."""
     if isinstance(value, (dict, list)):
-        import json
-        return json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return str(value)
+        check.bad(name, value, "a string, number or boolean (tags are flat)")
+    elif check.label(name + " (a tag name)", str(key)):
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        if check.label(name, text):
+            tags.setdefault(str(key), text)
 
 
 _COMPACT_RENAMES = {"agent": "model_id", "task": "task_id", "tin": "tokens_in", "tout": "tokens_out",
@@ -301,7 +220,7 @@ def validate(record: Any, *, now: float | None = None, from_text: bool = False,
         record = _from_compact(record)
     elif any(key in record for key in ALIASES):
         record = {ALIASES.get(k, k): v for k, v in record.items() if not (k in ALIASES and ALIASES[k] in record)}
-    check = _Checker(record, from_text)
+    check = Checker(record, from_text)
     get = record.get
 
     trace_id = check.text("trace_id", get("trace_id"), required=True)
@@ -312,7 +231,7 @@ def validate(record: Any, *, now: float | None = None, from_text: bool = False,
             check.problems.append("ts is required")
     else:
         try:
-            ts = parse_ts(get("ts"))
+            ts = parse_ts(get("ts"), from_text)
         except ValueError as exc:
             check.problems.append(f"ts {exc}")
         else:
@@ -336,11 +255,11 @@ def validate(record: Any, *, now: float | None = None, from_text: bool = False,
     recontact = check.flag("recontact_24h", get("recontact_24h"), optional=True)
     arm = check.choice("arm", get("arm"), ARMS, "baseline")
     user_signal = check.choice("user_signal", get("user_signal"), USER_SIGNALS, "none")
-    fees = check.number("fees_usd", get("fees_usd"), 0.0)
+    fees = check.number("fees_usd", get("fees_usd"), 0.0, MAX_FEES_USD)
     if "_lat_seconds" in record:
-        latency = check.number("lat", get("_lat_seconds"), None)
+        latency = check.number("lat", get("_lat_seconds"), None, MAX_LATENCY_MS / 1000.0)
     else:
-        latency_ms = check.number("latency_ms", get("latency_ms"), None)
+        latency_ms = check.number("latency_ms", get("latency_ms"), None, MAX_LATENCY_MS)
         latency = None if latency_ms is None else latency_ms / 1000.0
     trial_value = get("trial")
     trial = None if trial_value is None or (from_text and trial_value == "") else check.count("trial", trial_value)
@@ -350,11 +269,12 @@ def validate(record: Any, *, now: float | None = None, from_text: bool = False,
     if not isinstance(tags_value, Mapping):
         check.bad("tags", tags_value, "an object of string values")
     else:
-        tags = {str(k): _tag_text(v) for k, v in tags_value.items()}
+        for key, value in tags_value.items():
+            _tag(check, tags, f"tags.{key}", key, value)
     if not compact:
         for key, value in record.items():
             if key not in KNOWN_FIELDS and value is not None:
-                tags.setdefault(key, _tag_text(value))
+                _tag(check, tags, key, key, value)
 
     if check.problems:
         raise TraceError(check.problems, where)

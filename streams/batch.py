@@ -36,18 +36,13 @@ from typing import Any
 
 from monitor.delta import BatchDelta
 from monitor.fold import Group, GroupKey, group_traces, place_groups
+from monitor.limits import JSONDecodeError as _JSONDecodeError
+from monitor.limits import loads as _loads  # orjson, rejecting duplicate keys
 from monitor.pairing import Pairer
 from monitor.schema import PAIRED_ARMS, Trace, TraceError, validate
 from monitor.slices import SliceKey, Slicer
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
 from streams.native import NativeFolder
-
-try:  # orjson is ~5x faster than json on trace-sized objects
-    from orjson import JSONDecodeError as _JSONDecodeError
-    from orjson import loads as _loads
-except ImportError:  # pragma: no cover - orjson is a declared dependency
-    from json import JSONDecodeError as _JSONDecodeError  # type: ignore[assignment]
-    from json import loads as _loads  # type: ignore[assignment]
 
 log = logging.getLogger("fleetmon.worker")
 

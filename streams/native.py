@@ -9,8 +9,8 @@ arithmetic as :func:`monitor.fold.group_traces`, so the delta a batch
 yields does not depend on which path folded which record (checked record
 for record by ``tests/unit/streams/test_native.py``).
 
-The schema's vocabularies (outcomes, arms, user signals, aliases) are
-passed from :mod:`monitor.schema` when a :class:`NativeFolder` is built, so
+The schema's vocabularies (outcomes, arms, user signals, aliases) and the
+value bounds of :mod:`monitor.limits` are passed from Python when a :class:`NativeFolder` is built, so
 they have one definition. The module is optional: without it, or with
 ``FLEETMON_WORKER_NATIVE=0``, the worker folds in Python.
 """
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from monitor import limits
 from monitor.aggregate import Aggregate
 from monitor.fold import Group, GroupKey
 from monitor.schema import ALIASES, ARMS, MAX_FUTURE_SKEW_SECONDS, OUTCOMES, USER_SIGNALS
@@ -65,7 +66,9 @@ class NativeFolder:
             dimensions=list(dimensions), window_sizes=[r.size_seconds for r in resolutions],
             outcomes=list(OUTCOMES), arms=list(ARMS), user_signals=list(USER_SIGNALS), slow_keys=list(SLOW_KEYS),
             unknown=UNKNOWN, max_future_seconds=MAX_FUTURE_SKEW_SECONDS, max_record_bytes=max_record_bytes,
-            pair_id_slow=pair_id_slow, relative_accuracy=DEFAULT_RELATIVE_ACCURACY, min_value=DEFAULT_MIN_VALUE)
+            pair_id_slow=pair_id_slow, relative_accuracy=DEFAULT_RELATIVE_ACCURACY, min_value=DEFAULT_MIN_VALUE,
+            max_tokens=limits.MAX_TOKENS, max_count=limits.MAX_COUNT, max_latency_ms=limits.MAX_LATENCY_MS,
+            max_fees_usd=limits.MAX_FEES_USD, max_ts=limits.MAX_TS, max_label_chars=limits.MAX_LABEL_CHARS)
 
     def folds_like(self, dimensions: Sequence[str], resolutions: Sequence[Resolution]) -> bool:
         """True when this folder groups by ``dimensions`` and the windows of ``resolutions``."""

@@ -75,7 +75,12 @@ def comparisons_table(pipeline: Pipeline, limit: int = 8) -> Table:
     return table
 
 
-def alerts_panel(pipeline: Pipeline, limit: int = 6) -> Panel:
+def _signed(value: Any) -> str:
+    return f"{value:+.3f}" if isinstance(value, (int, float)) else str(value)  # "inf" and None stay as they are
+
+
+def alerts_panel(pipeline: Pipeline, limit: int = 6, localized: int = 4) -> Panel:
+    """One line per firing page, then its localization (the firing slices, largest effect first)."""
     firing = pipeline.engine.firing()
     lines: list[Any] = []
     for alert in firing[:limit]:
@@ -83,14 +88,18 @@ def alerts_panel(pipeline: Pipeline, limit: int = 6) -> Panel:
         e_value = ev.get("e_value")
         e_text = f"{e_value:.3g}" if isinstance(e_value, (int, float)) else str(e_value)
         lines.append(Text(f"FIRING {alert['alertname']} {ev.get('candidate_release')} vs {ev.get('baseline_release')} "
-                          f"({ev.get('arm')}) slice {ev.get('slice')}: effect {ev.get('effect'):+.3f} "
-                          f"[{ev.get('effect_low'):+.3f}, {ev.get('effect_high'):+.3f}], e-value {e_text}, "
+                          f"({ev.get('arm')}) slice {ev.get('slice')}: effect {_signed(ev.get('effect'))} "
+                          f"[{_signed(ev.get('effect_low'))}, {_signed(ev.get('effect_high'))}], e-value {e_text}, "
                           f"n_pairs {ev.get('n_pairs')}", style="bold red"))
+        lines += [Text(f"    in {s.get('slice')}: effect {_signed(s.get('effect'))} [{_signed(s.get('effect_low'))}, "
+                       f"{_signed(s.get('effect_high'))}], n_pairs {s.get('n_pairs')}", style="red")
+                  for s in ev.get("localization", [])[:localized]]
     if len(firing) > limit:
         lines.append(Text(f"... and {len(firing) - limit} more firing"))
     recent = [e for e in pipeline.stats.events if e.status == "resolved"][-3:]
     for event in recent:
-        lines.append(Text(f"resolved {event.alertname} slice {event.labels.get('slice')}", style="green"))
+        lines.append(Text(f"resolved {event.alertname} {event.labels.get('candidate_release')} vs "
+                          f"{event.labels.get('baseline_release')} ({event.labels.get('arm')})", style="green"))
     if not lines:
         lines.append(Text("no alerts", style="green"))
     return Panel(Group(*lines), title=f"Alerts ({len(firing)} firing)")

@@ -29,17 +29,25 @@ struct Folder {
     pair_id_slow: bool,
     relative_accuracy: f64,
     min_value: f64,
+    limits: Limits,
 }
+
+/// The value bounds of `monitor.limits` (tokens, other counts, latency ms, fees, ts, label chars).
+#[derive(Clone, Copy)]
+struct Limits(u64, u64, f64, f64, f64, usize);
 
 #[pymethods]
 impl Folder {
     #[new]
     #[pyo3(signature = (*, dimensions, window_sizes, outcomes, arms, user_signals, slow_keys, unknown,
-                        max_future_seconds, max_record_bytes, pair_id_slow, relative_accuracy, min_value))]
+                        max_future_seconds, max_record_bytes, pair_id_slow, relative_accuracy, min_value,
+                        max_tokens, max_count, max_latency_ms, max_fees_usd, max_ts, max_label_chars))]
     #[allow(clippy::too_many_arguments)]
     fn new(dimensions: Vec<String>, window_sizes: Vec<i64>, outcomes: Vec<String>, arms: Vec<String>,
            user_signals: Vec<String>, slow_keys: Vec<String>, unknown: String, max_future_seconds: f64,
-           max_record_bytes: usize, pair_id_slow: bool, relative_accuracy: f64, min_value: f64) -> PyResult<Self> {
+           max_record_bytes: usize, pair_id_slow: bool, relative_accuracy: f64, min_value: f64,
+           max_tokens: u64, max_count: u64, max_latency_ms: f64, max_fees_usd: f64, max_ts: f64,
+           max_label_chars: usize) -> PyResult<Self> {
         if window_sizes.iter().any(|&s| s <= 0) {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "window_sizes must be > 0 seconds, got {window_sizes:?}")));
@@ -48,7 +56,8 @@ impl Folder {
             return Err(pyo3::exceptions::PyValueError::new_err("arms must not be empty (the first is the default)"));
         }
         Ok(Folder { dims: dimensions, sizes: window_sizes, outcomes, arms, user_signals, slow_keys, unknown,
-                    max_future_seconds, max_record_bytes, pair_id_slow, relative_accuracy, min_value })
+                    max_future_seconds, max_record_bytes, pair_id_slow, relative_accuracy, min_value,
+                    limits: Limits(max_tokens, max_count, max_latency_ms, max_fees_usd, max_ts, max_label_chars) })
     }
 
     /// Fold what the fast path takes of ``values`` (bytes or None each).
@@ -85,6 +94,12 @@ impl Folder {
             max_future_seconds: self.max_future_seconds,
             pair_id_slow: self.pair_id_slow,
             max_record_bytes: self.max_record_bytes,
+            max_tokens: self.limits.0,
+            max_count: self.limits.1,
+            max_latency_ms: self.limits.2,
+            max_fees_usd: self.limits.3,
+            max_ts: self.limits.4,
+            max_label_chars: self.limits.5,
         };
         let sizes = self.sizes.clone();
         let bucketing = Bucketing::new(self.relative_accuracy, self.min_value);
@@ -171,6 +186,5 @@ fn known_fields() -> Vec<&'static str> {
 fn fleetmon_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Folder>()?;
     m.add_function(wrap_pyfunction!(known_fields, m)?)?;
-    m.add("MAX_FAST_COUNT", record::MAX_FAST_COUNT)?;
     Ok(())
 }

@@ -4,10 +4,11 @@
 //! would accept *and* that are in the plain full form, and reads them into the
 //! values the fold needs. Everything else — not JSON, not an object, the
 //! compact trial form, OTel aliases, a duplicate key, a number where a string
-//! is allowed, any invalid value, a timestamp too far ahead — is *slow*: the
+//! is allowed, any invalid value (a bound of `monitor.limits` exceeded, a nested
+//! or non-label tag), a timestamp too far ahead — is *slow*: the
 //! Python validator decides it and writes the reasons. So the native path
 //! never has to produce an error message, and it can only ever be wrong by
-//! being slower. The differential tests (`tests/unit/test_native.py`) check
+//! being slower. The differential tests (`tests/unit/streams/test_native.py`) check
 //! that both paths agree on every record they both see.
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -45,8 +46,6 @@ const F_OK: usize = 28;
 const F_BENIGN: usize = 29;
 const F_RECONTACT: usize = 30;
 
-/// Counts above this go to Python (sums of a batch then fit a u64 easily).
-pub const MAX_FAST_COUNT: u64 = 1 << 40;
 
 /// The string fields that can be slice dimensions (`monitor.schema._DIMENSION_FIELDS`).
 pub fn dimension_field(name: &str) -> Option<usize> {
@@ -116,6 +115,41 @@ pub struct Spec {
     /// Records with a `pair_id` go to Python (the pairer needs the whole trace).
     pub pair_id_slow: bool,
     pub max_record_bytes: usize,
+    /// The bounds of `monitor.limits`: larger values are Python's to reject.
+    pub max_tokens: u64,
+    pub max_count: u64,
+    pub max_latency_ms: f64,
+    pub max_fees_usd: f64,
+    pub max_ts: f64,
+    pub max_label_chars: usize,
+}
+
+/// `monitor.limits.label_problem` is None for an identifier: at most `max` code points.
+fn id_ok(text: &str, max: usize) -> bool {
+    text.chars().nth(max).is_none()
+}
+
+/// `monitor.limits.label_problem` is None: at most `max` code points, no control or bidi characters.
+pub fn label_ok(text: &str, max: usize) -> bool {
+    let mut n = 0;
+    for c in text.chars() {
+        n += 1;
+        let u = c as u32;
+        if n > max || u <= 0x1f || (0x7f..=0x9f).contains(&u) || (0x202a..=0x202e).contains(&u)
+            || (0x2066..=0x2069).contains(&u) {
+            return false;
+        }
+    }
+    true
+}
+
+/// A tag value Python would accept: a scalar, label-safe when it is text.
+fn tag_value_ok(value: &Scalar, spec: &Spec) -> bool {
+    match value {
+        Scalar::Str(s) => label_ok(s, spec.max_label_chars),
+        Scalar::Map | Scalar::Seq => false,
+        _ => true,
+    }
 }
 
 pub enum Dim {
@@ -244,23 +278,21 @@ impl<'de, 's> Visitor<'de> for TagsSeed<'s, 'de> {
         f.write_str("tags")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut seen: Vec<Cow<'de, str>> = Vec::new();
         while let Some(key) = map.next_key::<Key<'de>>()? {
+            let value: Scalar<'de> = map.next_value()?;
+            if !label_ok(&key.0, self.spec.max_label_chars) || !tag_value_ok(&value, self.spec)
+                || seen.contains(&key.0) {
+                *self.slow = true; // a bad tag or a duplicate key: Python rejects it with the reason
+            }
             let hit = self.spec.dims.iter().enumerate().find_map(|(i, d)| match d {
                 Dim::Tag(name) if *name == key.0 => Some(i),
                 _ => None,
             });
-            match hit {
-                Some(i) => {
-                    let value: Scalar<'de> = map.next_value()?;
-                    if self.out[i].is_some() {
-                        *self.slow = true; // a duplicate key: Python's dict keeps the last one
-                    }
-                    self.out[i] = Some(value);
-                }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+            if let Some(i) = hit {
+                self.out[i] = Some(value);
             }
+            seen.push(key.0);
         }
         Ok(Scalar::Map)
     }
@@ -296,6 +328,7 @@ impl<'de, 's> Visitor<'de> for RecordSeed<'s> {
             tags_is_map: false,
             slow: false,
         };
+        let mut seen: Vec<Cow<'de, str>> = Vec::new(); // the unknown keys so far
         while let Some(key) = map.next_key::<Key<'de>>()? {
             let key = key.0;
             if let Some(i) = field_index(&key) {
@@ -319,19 +352,16 @@ impl<'de, 's> Visitor<'de> for RecordSeed<'s> {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             }
-            let hit = spec.dims.iter().position(|d| matches!(d, Dim::Tag(name) if *name == key));
-            match hit {
-                Some(i) => {
-                    let value: Scalar<'de> = map.next_value()?;
-                    if raw.tag_top[i].is_some() {
-                        raw.slow = true;
-                    }
-                    raw.tag_top[i] = Some(value);
-                }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+            // an unknown field becomes a tag (unless null): Python rejects a bad one, and a duplicate key
+            let value: Scalar<'de> = map.next_value()?;
+            if seen.contains(&key) || !(matches!(value, Scalar::Null)
+                                        || (label_ok(&key, spec.max_label_chars) && tag_value_ok(&value, spec))) {
+                raw.slow = true;
             }
+            if let Some(i) = spec.dims.iter().position(|d| matches!(d, Dim::Tag(name) if *name == key)) {
+                raw.tag_top[i] = Some(value);
+            }
+            seen.push(key);
         }
         Ok(raw)
     }
@@ -405,22 +435,28 @@ fn optional_text<'a>(v: &Option<Scalar<'a>>) -> Result<Option<Cow<'a, str>>, ()>
     }
 }
 
-fn count(v: &Option<Scalar>) -> Result<u64, ()> {
+fn count(v: &Option<Scalar>, max: u64) -> Result<u64, ()> {
     match v {
         None | Some(Scalar::Null) => Ok(0),
-        Some(Scalar::U64(n)) if *n <= MAX_FAST_COUNT => Ok(*n),
+        Some(Scalar::U64(n)) if *n <= max => Ok(*n),
         _ => Err(()),
     }
 }
 
-/// A finite number >= 0 (ints are converted as Python's `float(int)` does).
-fn number(v: &Option<Scalar>) -> Result<Option<f64>, ()> {
-    match v {
-        None | Some(Scalar::Null) => Ok(None),
-        Some(Scalar::U64(n)) => Ok(Some(*n as f64)),
-        Some(Scalar::F64(x)) if x.is_finite() && *x >= 0.0 => Ok(Some(*x)),
-        _ => Err(()),
-    }
+/// A finite number in [0, max] (ints are converted as Python's `float(int)` does).
+fn number(v: &Option<Scalar>, max: f64) -> Result<Option<f64>, ()> {
+    let x = match v {
+        None | Some(Scalar::Null) => return Ok(None),
+        Some(Scalar::U64(n)) => *n as f64,
+        Some(Scalar::F64(x)) if x.is_finite() && *x >= 0.0 => *x,
+        _ => return Err(()),
+    };
+    if x <= max { Ok(Some(x)) } else { Err(()) }
+}
+
+/// A required non-empty string that is a valid label (`model_id`).
+fn required_label<'a>(v: &Option<Scalar<'a>>, spec: &Spec) -> Result<Cow<'a, str>, ()> {
+    required_text(v).filter(|s| label_ok(s, spec.max_label_chars)).ok_or(())
 }
 
 fn flag(v: &Option<Scalar>) -> Result<Option<bool>, ()> {
@@ -470,14 +506,14 @@ fn check<'a>(raw: Raw<'a>, spec: &'a Spec) -> Result<Fast<'a>, ()> {
     }
     let f = &raw.fields;
     // the compact form has no trace_id, so it never gets past this line
-    required_text(&f[F_TRACE_ID]).ok_or(())?;
-    let model_id = required_text(&f[F_MODEL_ID]).ok_or(())?;
+    required_text(&f[F_TRACE_ID]).filter(|s| id_ok(s, spec.max_label_chars)).ok_or(())?;
+    let model_id = required_label(&f[F_MODEL_ID], spec)?;
     let ts = match &f[F_TS] {
         Some(Scalar::U64(n)) => *n as f64,
         Some(Scalar::F64(x)) if x.is_finite() && *x >= 0.0 => *x,
         _ => return Err(()),
     };
-    if ts > spec.now + spec.max_future_seconds {
+    if ts > spec.now + spec.max_future_seconds || ts > spec.max_ts {
         return Err(());
     }
     let outcome = choice(&f[F_OUTCOME], &spec.outcomes)?;
@@ -488,13 +524,18 @@ fn check<'a>(raw: Raw<'a>, spec: &'a Spec) -> Result<Fast<'a>, ()> {
     let mut strings: [Option<Cow<'a, str>>; F_STRINGS.end - F_STRINGS.start] = Default::default();
     for (slot, i) in strings.iter_mut().zip(F_STRINGS) {
         *slot = optional_text(&f[i])?;
+        let ok = if i == F_PAIR_ID { id_ok } else { label_ok };
+        if slot.as_ref().is_some_and(|s| !ok(s, spec.max_label_chars)) {
+            return Err(());
+        }
     }
     if spec.pair_id_slow && strings[F_PAIR_ID - F_STRINGS.start].is_some() {
         return Err(());
     }
     let mut counts = [0u64; 7];
-    for (slot, i) in counts.iter_mut().zip(F_COUNTS) {
-        *slot = count(&f[i])?;
+    for (c, (slot, i)) in counts.iter_mut().zip(F_COUNTS).enumerate() {
+        let max = if matches!(c, C_TOKENS_IN | C_TOKENS_OUT | C_TOKENS_CACHED_IN) { spec.max_tokens } else { spec.max_count };
+        *slot = count(&f[i], max)?;
     }
     if counts[C_TOKENS_CACHED_IN] > counts[C_TOKENS_IN] {
         return Err(());
@@ -507,10 +548,10 @@ fn check<'a>(raw: Raw<'a>, spec: &'a Spec) -> Result<Fast<'a>, ()> {
     let recontact = flag(&f[F_RECONTACT])?;
     let arm = choice(&f[F_ARM], &spec.arms)?.unwrap_or(0);
     let user_signal = choice(&f[F_USER_SIGNAL], &spec.user_signals)?;
-    let fees_usd = number(&f[F_FEES])?.unwrap_or(0.0);
-    let latency_seconds = number(&f[F_LATENCY_MS])?.map(|ms| ms / 1000.0);
+    let fees_usd = number(&f[F_FEES], spec.max_fees_usd)?.unwrap_or(0.0);
+    let latency_seconds = number(&f[F_LATENCY_MS], spec.max_latency_ms)?.map(|ms| ms / 1000.0);
     if !is_null(&f[F_TRIAL]) {
-        count(&f[F_TRIAL])?;
+        count(&f[F_TRIAL], spec.max_count)?;
     }
     if !(is_null(&f[F_TAGS]) || raw.tags_is_map) {
         return Err(());

@@ -75,6 +75,7 @@ def test_shadow_regression_through_kafka_worker_redis_and_alertmanager(kafka_boo
         assert any(e.evidence["slice"] == "all" for e in fired), [f.kind for f in engine.findings if f.fires]
         whole = next(e for e in fired if e.evidence["slice"] == "all")
         assert whole.evidence["n_pairs"] == 12_000 and whole.evidence["b"] > whole.evidence["c"]
+        assert len(fired) == 1 and whole.evidence["localization"], "one page per regression, with its slices"
 
         def ours(requests):
             return [a for r in requests for a in r["json"]["alerts"]

@@ -83,7 +83,8 @@ def test_an_apply_merges_into_existing_hashes_exactly_even_very_wide_ones(redis_
     """The apply script reads and rewrites each hash once; a hash wider than one HSET call is written in parts."""
     store = RedisStore(redis_client, f"wide-{random.randrange(10**9)}")
     models = [f"model-{i}" for i in range(3000)]   # 3 token fields each: 9,000 fields in one window hash
-    batch = [validate({"trace_id": f"t{i}", "ts": NOW - 30, "model_id": m, "ok": True, "tokens_in": 2**40 + i,
+    big = 10**12 - 3000  # near the schema's token bound (monitor.limits): exact integers, not floats
+    batch = [validate({"trace_id": f"t{i}", "ts": NOW - 30, "model_id": m, "ok": True, "tokens_in": big + i,
                        "tokens_out": 7, "tokens_cached_in": 1, "fees_usd": 0.1, "latency_ms": 250 + i})
              for i, m in enumerate(models)]
     slicer = Slicer(dimensions=("tenant",))
@@ -93,7 +94,7 @@ def test_an_apply_merges_into_existing_hashes_exactly_even_very_wide_ones(redis_
     stored = {k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()}
     assert len(stored) > 9000
     assert stored["traces"] == "6000"
-    assert all(stored[f"tokens_in:{m}"] == str(2 * (2**40 + i)) for i, m in enumerate(models))
+    assert all(stored[f"tokens_in:{m}"] == str(2 * (big + i)) for i, m in enumerate(models))
     assert abs(float(stored["fees_usd"]) - 600.0) < 1e-9
     assert store.totals()["tenant=unknown"].traces == 6000
 

@@ -210,7 +210,7 @@ def simulate(scenario: Scenario, seed: int = 0, run: int = 0) -> RunResult:
         done = False
         for event in events:
             kind = str(event.evidence.get("kind", event.alertname))
-            where = str(event.labels.get("slice", ""))
+            where = str(event.evidence.get("tracked_slice", ""))  # the slice the alert's lifecycle follows
             if event.status == "firing" and event.starts_at == event.ts:
                 ev = event.evidence
                 result.pages.append(Page(minute + 1, result.pairs, kind, where, event.fingerprint,

@@ -112,7 +112,8 @@ def test_pending_then_firing_then_no_duplicates() -> None:
     ev = events[0]
     assert ev.starts_at == 60.0 and ev.ends_at is None
     assert CONTRACT <= set(ev.evidence) and ev.evidence["slice"] == "task_type=code"
-    assert ev.labels["severity"] == "critical" and ev.labels["candidate_release"] == "v2"
+    assert ev.labels["severity"] == "critical" and ev.labels["candidate_release"] == "v2" and "slice" not in ev.labels
+    assert [s["slice"] for s in ev.evidence["localization"]] == ["task_type=code"]
     assert ev.annotations["runbook_url"].endswith("docs/runbook.md#fleetmonsuccessregression")
     assert set(ev.annotations) == {"summary", "description", "runbook_url"}
     for t in range(120, 3600, 60):  # still firing, evidence growing: silence
@@ -270,6 +271,8 @@ def test_fingerprints_are_stable_and_distinct() -> None:
     assert prints[0] == fingerprint(flip(500, 9, 3)[0])
     other = Comparison("v1", "v3", "shadow")
     assert fingerprint(findings[0]) != fingerprint(Finding(**{**findings[0].__dict__, "comparison": other}))
+    # one page per (comparison, kind): the slice is not part of the fingerprint
+    assert fingerprint(findings[0]) == fingerprint(Finding(**{**findings[0].__dict__, "slice_key": ()}))
     assert ALERT_NAMES["over_refusal_regression"] == "FleetmonOverRefusalRegression"
 
 

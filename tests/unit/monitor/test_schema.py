@@ -119,3 +119,83 @@ def test_record_round_trip():
     again = validate(to_record(trace))
     assert again == trace
     assert math.isclose(again.latency_seconds, 0.25)
+
+
+# -- bounds (monitor.limits): bad input is rejected, never clamped -------------------------------------
+@pytest.mark.parametrize("field,value,needle", [
+    ("tokens_in", 10**12 + 1, "tokens_in must be an integer <= 1000000000000, got 1000000000001"),
+    ("tokens_out", 2**63, "tokens_out must be an integer <= 1000000000000"),
+    ("tokens_cached_in", 2**70, "tokens_cached_in must be an integer <= 1000000000000"),
+    ("steps", 10**9 + 1, "steps must be an integer <= 1000000000, got 1000000001"),
+    ("tool_calls", 2**63, "tool_calls must be an integer <= 1000000000"),
+    ("tool_errors", 1e10, "tool_errors must be an integer <= 1000000000"),
+    ("side_effects", 2**64, "side_effects must be an integer <= 1000000000"),
+    ("trial", 10**9 + 1, "trial must be an integer <= 1000000000"),
+    ("latency_ms", 1e300, "latency_ms must be a number <= 604800000, got 1e+300"),
+    ("latency_ms", float("inf"), "latency_ms must be a finite number >= 0"),
+    ("fees_usd", 1e6 + 0.01, "fees_usd must be a number <= 1000000"),
+    ("ts", 1e300, "ts must be finite epoch seconds in [0, 253402300799], got 1e+300"),
+    ("ts", float("inf"), "ts must be finite epoch seconds"),
+])
+def test_values_beyond_the_documented_bounds_are_rejected(field, value, needle):
+    record = {**BASE, field: value, **({"tokens_in": value} if field == "tokens_cached_in" else {})}
+    found = problems(record)
+    assert any(needle in p for p in found), found
+
+
+def test_values_at_the_bounds_are_accepted():
+    trace = validate({**BASE, "tokens_in": 10**12, "tokens_cached_in": 10**12, "tokens_out": 10**12,
+                      "steps": 10**9, "trial": 10**9, "latency_ms": 7 * 86_400_000, "fees_usd": 1e6})
+    assert trace.tokens_in == 10**12 and trace.steps == 10**9 and trace.latency_seconds == 7 * 86_400.0
+
+
+def test_a_numeric_string_ts_is_rejected_like_any_numeric_field_unless_from_text():
+    found = problems({**BASE, "ts": "1796110000"})
+    assert any("ts must be a JSON number of epoch seconds or an RFC 3339 string, got '1796110000'" in p
+               for p in found), found
+    assert any("tokens_in must be an integer >= 0, got '5321'" in p for p in problems({**BASE, "tokens_in": "5321"}))
+    assert validate({**BASE, "ts": "1796110000"}, from_text=True).ts == 1796110000.0
+    assert validate({**BASE, "ts": "2026-12-01T00:00:00Z"}).ts == parse_ts("2026-12-01T00:00:00+00:00")
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "a\x1bb", "a\rb", "a\nb", "a\x7fb", "a\x85b", "a\u202eb", "a\u2066b",
+                                 "x" * 257])
+@pytest.mark.parametrize("field", ["model_id", "release", "task_type", "tenant", "locale", "task_id", "scaffold_hash"])
+def test_label_fields_must_be_short_printable_text(field, bad):
+    found = problems({**BASE, field: bad})
+    assert any(p.startswith(f"{field} must be ") and ("characters" in p) for p in found), found
+
+
+@pytest.mark.parametrize("field", ["trace_id", "pair_id"])
+def test_identifiers_are_bounded_in_length_only(field):
+    assert getattr(validate({**BASE, field: "a\x00\u202e" + "x" * 253}), field) == "a\x00\u202e" + "x" * 253
+    found = problems({**BASE, field: "x" * 257})
+    assert any(f"{field} must be at most 256 characters long (got 257)" in p for p in found), found
+
+
+@pytest.mark.parametrize("record,needle", [
+    ({"tags": {"team": "a\x00b"}}, "tags.team must be printable text without control or bidi characters (found U+0000"),
+    ({"tags": {"team": "x" * 300}}, "tags.team must be at most 256 characters long (got 300)"),
+    ({"tags": {"a\u202eb": "x"}}, "(a tag name) must be printable text"),
+    ({"team": "a\u202eb"}, "team must be printable text without control or bidi characters (found U+202E)"),
+    ({"tags": {"team": {"a": {"b": 1}}}}, "tags.team must be a string, number or boolean (tags are flat)"),
+    ({"tags": {"team": [1, 2]}}, "tags.team must be a string, number or boolean (tags are flat)"),
+    ({"extra": {"a": 1}}, "extra must be a string, number or boolean (tags are flat)"),
+])
+def test_tags_are_a_flat_object_of_label_safe_scalars(record, needle):
+    found = problems({**BASE, **record})
+    assert any(needle in p for p in found), found
+    assert validate({**BASE, "tags": {"team": "a b-c/é", "n": 3, "f": True}}).tags == {"team": "a b-c/é", "n": "3",
+                                                                                    "f": "true"}
+
+
+def test_duplicate_json_keys_are_rejected_by_the_decoder():
+    from monitor.limits import DuplicateKeyError, loads
+    for text in (b'{"outcome":"bogus","outcome":"success"}', b'{"tags": {"a": 1, "a": 2}}',
+                 b'{"a": 1, "\\u0061": 2}', '{"x": [{"k": 1, "k" : 1}]}'):
+        with pytest.raises(DuplicateKeyError, match="appears more than once"):
+            loads(text)
+    with pytest.raises(DuplicateKeyError, match=r"key 'outcome' appears more than once in an object \('bogus', then"):
+        loads(b'{"outcome": "bogus", "outcome": "success"}')
+    assert loads(b'{"a": "\\":", "b": "x\\" :"}') == {"a": '":', "b": 'x" :'}   # key-like text in values
+    assert loads(b'{"a": 1}') == {"a": 1} and loads(b"[1]") == [1]

@@ -85,9 +85,11 @@ def test_the_native_reader_knows_exactly_the_schemas_fields():
 # -- random records on the edges of the schema -------------------------------------------------------
 numbers = st.one_of(
     st.integers(-3, 40), st.integers(2**40 - 2, 2**40 + 2), st.integers(2**63, 2**64 + 5),
+    st.sampled_from([10**9, 10**9 + 1, 10**12, 10**12 + 1, 10**6, 1e6 + 0.5, 604_800_000, 604_800_000.5, 1e300]),
     st.floats(allow_nan=False, allow_infinity=False, min_value=-5, max_value=5e4), st.just(-0.0), st.just(3.0))
 texts = st.one_of(st.sampled_from(["", "a", "b", "c", "é", "x|y=z%", "success", "baseline", "shadow", "down"]),
-                  st.text(max_size=4))
+                  st.text(max_size=4), st.sampled_from(["a\x00", "\x1b[31m", "a\rb", "\x7f", "\x9f", "\u202e",
+                                                        "\u2069", "x" * 256, "é" * 257]))
 anything = st.one_of(st.none(), st.booleans(), numbers, texts,
                      st.lists(st.integers(0, 2), max_size=2), st.dictionaries(st.sampled_from(["team", "k"]),
                                                                               texts, max_size=2))
@@ -132,7 +134,7 @@ wild = st.fixed_dictionaries({}, optional=field_values)
 def encoded(draw) -> bytes | None:
     record = draw(st.one_of(plain, plain, wild))
     text = json.dumps(record, ensure_ascii=draw(st.booleans()))
-    kind = draw(st.sampled_from(["json"] * 8 + ["duplicate", "truncate", "bytes", "none", "array"]))
+    kind = draw(st.sampled_from(["json"] * 8 + ["duplicate", "truncate", "bytes", "none", "array", "deep"]))
     if kind == "duplicate" and len(record) > 1:  # a key repeated: the later value wins in Python
         key = draw(st.sampled_from(sorted(record)))
         text = text[:-1] + ", " + json.dumps(key) + ": " + json.dumps(draw(anything)) + "}"
@@ -146,6 +148,9 @@ def encoded(draw) -> bytes | None:
         return None
     elif kind == "array":
         text = "[" + text + "]"
+    elif kind == "deep" and text.endswith("}"):   # a tag nested past every parser's limit, or just past flat
+        depth = draw(st.sampled_from([2, 127, 129, 1100, 5000]))
+        text = text[:-1] + (", " if len(text) > 2 else "") + '"deep": ' + "[" * depth + "]" * depth + "}"
     return text.encode()
 
 
@@ -205,6 +210,33 @@ EDGES = [
     b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": "\\q"}',
     b'{"agent": "a", "task": "b", "ok": true, "ts": 1799999990}', b"", b"null", b"[]", b"\xff", None,
     b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "nested": {"a": [1, {"b": 2}]}}',
+    # the bounds of monitor.limits, on both sides of each
+    variant(tokens_in=10**12, tokens_cached_in=10**12, tokens_out=10**12), variant(tokens_in=10**12 + 1),
+    variant(tokens_out=2**63), variant(tokens_in=2**70, tokens_cached_in=2**70), variant(steps=10**9),
+    variant(steps=10**9 + 1), variant(tool_calls=2**63), variant(tool_errors=10**9 + 1),
+    variant(side_effects=2**64 - 1), variant(trial=10**9), variant(trial=10**9 + 1),
+    variant(latency_ms=604_800_000), variant(latency_ms=604_800_000.001), variant(latency_ms=1e300),
+    variant(fees_usd=10**6), variant(fees_usd=1e6 + 1e-6), variant(fees_usd=1e300), variant(ts="1796110000"),
+    variant(tokens_in="5321"), variant(ts=1e300),
+    variant(release="a\x00b"), variant(task_type="\x1b[2J"), variant(tenant="a\rb"), variant(locale="a\nb"),
+    variant(release="a\x7f"), variant(tenant="a\x85"), variant(tenant="a\u202eb"), variant(release="\u2066x"),
+    variant(model_id="m\x00"), variant(trace_id="t\u202e"), variant(pair_id="p\x00", arm="shadow"),
+    variant(tenant="x" * 256), variant(tenant="x" * 257), variant(trace_id="t" * 257), variant(release="é" * 257),
+    variant(tags={"team": "a\x00"}), variant(tags={"k": "a\x1b"}), variant(tags={"k\u202e": "a"}),
+    variant(tags={"k": "x" * 257}), variant(team="a\u2069"), variant(extra="x" * 257), variant(**{"x" * 257: 1}),
+    variant(**{"k\x00": None}), variant(tags={"k\x00": None}),
+    variant(tags={"team": {"a": 1}}), variant(tags={"k": {"a": 1}}), variant(tags={"k": []}), variant(extra=[1]),
+    variant(extra={"a": {"b": {}}}),
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "bogus", "outcome": "success"}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": 1, "x": 1}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": 1, "\\u0078": 2}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "tags": {"k": 1, "k": 2}}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "tags": {"team": "a", "team": "b"}}',
+    b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": "\\":"}',
+    *(b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "tags": {"k": '
+      + b"[" * depth + b"]" * depth + b"}}" for depth in (1, 127, 129, 1025, 5000)),
+    *(b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "deep": '
+      + b"{\"a\":" * depth + b"1" + b"}" * depth + b"}" for depth in (2, 200, 5000)),
 ]
 
 
