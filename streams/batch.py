@@ -178,7 +178,7 @@ def _decode_python(part: PartitionBatch, records: Iterable[tuple[int, Any]], now
             reasons = ["value is empty (a tombstone), expected a JSON trace"]
         elif len(value) > max_record_bytes:
             reasons = [f"value is {len(value)} bytes, over the {max_record_bytes}-byte limit "
-                       "(FLEETMON_MAX_RECORD_BYTES)"]
+                       "(FLEETMON_WORKER_MAX_RECORD_BYTES)"]
         else:
             try:
                 data = loads(value)
