@@ -11,8 +11,8 @@ Secrets (``kafka.sasl_password``, ``kafka.ssl_password``, the password in
 or ``/metrics``: :meth:`Config.redacted` is what may be shown.
 
 ``[worker]`` (``fleetmon worker`` / ``rebuild``) parses its variables as the worker always did: empty is
-ignored, numbers > 0, ``native`` 1/0, true/false, yes/no, on/off. :func:`worker_settings` resolves a
-configuration for the worker; :mod:`monitor.kafka` builds Kafka client options from ``[kafka]``.
+ignored, numbers > 0, ``native`` 1/0, true/false, yes/no, on/off. :func:`monitor.worker_settings.worker_settings`
+resolves a configuration for the worker; :mod:`monitor.kafka` builds Kafka client options from ``[kafka]``.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+from monitor.redact import SECRET_KEYS, redact_url
 from monitor.slices import DEFAULT_DIMENSIONS
-from monitor.windows import Resolution, parse_duration, resolutions_for
+from monitor.windows import parse_duration
 
-SECRET_KEYS = frozenset(("sasl_password", "ssl_password", "webhook_secret"))
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 
@@ -188,15 +188,6 @@ WORKER_KNOBS: dict[str, Callable[[str], Any]] = {
 }
 
 
-def redact_url(url: str) -> str:
-    """``redis://:secret@host/0`` → ``redis://:***@host/0``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 def _coerce(where: str, value: Any, default: Any, from_env: bool) -> Any:
     kind = type(default)
     shown = "***" if where.rsplit(".", 1)[-1] in SECRET_KEYS else repr(value)
@@ -346,55 +337,3 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
         config = replace(config, alerts=replace(config.alerts, runbook_base_url=config.notifiers.runbook_base))
     _check(config)
     return config
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """What a worker (or a rebuild) runs with, resolved once (tests build it explicitly); pair TTL None: no pairing."""
-
-    kafka: KafkaConfig = field(default_factory=KafkaConfig)
-    redis_url: str = field(default="redis://localhost:6379/0", repr=False)
-    prefix: str = "fleetmon"
-    dimensions: tuple[str, ...] = DEFAULT_DIMENSIONS
-    max_slice_values: int = 100
-    resolutions: tuple[Resolution, ...] = field(default_factory=lambda: resolutions_for(48 * 3600, 35 * 86400))
-    batch_max_records: int = 200_000
-    batch_within_seconds: float = 1.0
-    max_record_bytes: int = 1024 * 1024
-    partitions: int = 4
-    session_timeout_seconds: float = 10.0
-    native: bool = True
-    pair_ttl_seconds: float | None = 3600.0
-    price_map: str = ""                       # empty: the bundled map
-
-    bootstrap = property(lambda self: self.kafka.bootstrap)
-    topic = property(lambda self: self.kafka.topic)
-    dlq_topic = property(lambda self: self.kafka.dlq_topic)
-    group_id = property(lambda self: self.kafka.group_id)
-
-    def describe(self) -> dict[str, Any]:
-        """A loggable summary (the Redis password is masked, Kafka secrets left out)."""
-        return {"bootstrap": self.bootstrap, "redis": redact_url(self.redis_url), "topic": self.topic,
-                "dlq_topic": self.dlq_topic, "group_id": self.group_id, "prefix": self.prefix,
-                "dimensions": list(self.dimensions), "max_slice_values": self.max_slice_values,
-                "windows": {r.name: r.retention_seconds for r in self.resolutions},
-                "batch_max_records": self.batch_max_records, "batch_within_seconds": self.batch_within_seconds,
-                "pair_ttl_seconds": self.pair_ttl_seconds, "native": self.native,
-                "security_protocol": self.kafka.security_protocol}
-
-
-def worker_settings(config: Config, *, pairing: bool = True) -> WorkerSettings:
-    """The worker's settings from ``config``; ConfigError names a window retention that cannot be used."""
-    try:
-        resolutions = resolutions_for(config.seconds("windows", "minute_retention"),
-                                      config.seconds("windows", "hour_retention"))
-    except ValueError as exc:
-        raise ConfigError(f"window retention: {exc}") from None
-    w = config.worker
-    return WorkerSettings(
-        kafka=config.kafka, redis_url=config.redis.url, prefix=config.redis.prefix,
-        dimensions=config.slices.dimensions, max_slice_values=config.slices.max_values, resolutions=resolutions,
-        batch_max_records=w.batch_max_records, batch_within_seconds=w.batch_within,
-        max_record_bytes=w.max_record_bytes, partitions=w.partitions, session_timeout_seconds=w.session_timeout,
-        native=w.native, pair_ttl_seconds=config.seconds("alerts", "pair_ttl") if pairing else None,
-        price_map=config.pricing.price_map)

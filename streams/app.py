@@ -32,10 +32,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from faust.app.base import BootStrategy
 
-from monitor.config import WorkerSettings
 from monitor.kafka import aiokafka_admin, faust_broker
 from monitor.kafka import faust_credentials as faust_credential_options
 from monitor.store.redis.store import RedisStore
+from monitor.worker_settings import WorkerSettings
 from streams.loop import ConsumeLoop, tune_gc
 
 log = logging.getLogger("fleetmon.worker")

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from monitor.config import WorkerSettings
 from monitor.kafka import aiokafka_consumer
+from monitor.worker_settings import WorkerSettings
 from streams.batch import merge_fetches
 
 MAX_PARTITION_FETCH_BYTES = 4 * 1024 * 1024

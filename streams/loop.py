@@ -31,13 +31,13 @@ import redis
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from monitor.config import WorkerSettings
 from monitor.delta import BatchDelta
 from monitor.pairing import Pairer
 from monitor.pricing import PriceMap
 from monitor.slices import Slicer
 from monitor.store.base import StoreError
 from monitor.store.redis.store import RedisGuard, RedisStore
+from monitor.worker_settings import WorkerSettings
 from streams.batch import Batch, PartitionBatch, decode_batch, fold_batch, pair_batch, records_after
 from streams.consumer import RebalanceListener, make_consumer, take
 from streams.dlq import DlqSink, part_records

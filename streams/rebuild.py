@@ -44,11 +44,11 @@ from typing import Any
 import redis
 from aiokafka import TopicPartition
 
-from monitor.config import WorkerSettings
 from monitor.kafka import aiokafka_admin
 from monitor.store.redis import layout
 from monitor.store.redis.scripts import SWAP as _SWAP
 from monitor.store.redis.store import RedisStore, connect
+from monitor.worker_settings import WorkerSettings
 from streams.consumer import make_consumer
 from streams.loop import ConsumeLoop, tune_gc
 

@@ -40,7 +40,8 @@ def _deprecated_topic() -> str | None:
 
 def cmd_exporter(args: argparse.Namespace) -> int:
     from alerts.engine import from_store
-    from monitor.config import ConfigError, load, redact_url
+    from monitor.config import ConfigError, load
+    from monitor.redact import redact_url
     from monitor.exporter.collector import serve
     from monitor.exporter.comparisons import ComparisonCollector
     from monitor.exporter.lag import KafkaLag

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from monitor.config import WorkerSettings
+    from monitor.worker_settings import WorkerSettings
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_SERVICE = 0, 2, 3
 

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from monitor.config import WORKER_KNOBS, Config, ConfigError, WorkerSettings, load, parse_positive, worker_settings
+from monitor.config import WORKER_KNOBS, Config, ConfigError, load, parse_positive
 from monitor.slices import DEFAULT_DIMENSIONS
 from monitor.windows import parse_duration
+from monitor.worker_settings import WorkerSettings, worker_settings
 
 #: worker knob flags: (flag dest, [worker] key)
 _KNOB_FLAGS = (("batch_max_records", "batch_max_records"), ("batch_within_seconds", "batch_within"),

@@ -540,8 +540,8 @@ def test_rebuild_after_redis_is_flushed_restores_identical_aggregates(kafka_boot
 def test_refused_apply_refolds_only_the_records_after_the_watermark(redis_client):
     from aiokafka import TopicPartition as AioTopicPartition
 
-    from monitor.config import WorkerSettings
     from monitor.slices import Slicer as PlainSlicer
+    from monitor.worker_settings import WorkerSettings
     from streams.batch import fold_batch
     from streams.loop import ConsumeLoop
     from tests.support.batches import decode_records

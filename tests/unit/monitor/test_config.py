@@ -1,6 +1,7 @@
 import pytest
 
-from monitor.config import ConfigError, load, redact_url
+from monitor.config import ConfigError, load
+from monitor.redact import redact_url
 from monitor.kafka import kafka_python_security
 
 
