@@ -41,11 +41,11 @@ def _deprecated_topic() -> str | None:
 def cmd_exporter(args: argparse.Namespace) -> int:
     from alerts.engine import from_store
     from monitor.config import ConfigError, load
-    from monitor.redact import redact_url
     from monitor.exporter.collector import serve
     from monitor.exporter.comparisons import ComparisonCollector
     from monitor.exporter.lag import KafkaLag
     from monitor.pricing import PriceMap, PricingError
+    from monitor.redact import redact_url
     from monitor.store.base import StoreError
     from monitor.store.redis.store import RedisStore
     from monitor.windows import parse_duration

@@ -1,8 +1,8 @@
 import pytest
 
 from monitor.config import ConfigError, load
-from monitor.redact import redact_url
 from monitor.kafka import kafka_python_security
+from monitor.redact import redact_url
 
 
 def write(tmp_path, text):
