@@ -11,19 +11,19 @@ level α' the decision used.
 
 What each kind assumes and guarantees:
 
-- **Shadow success / safety (harmful action) / over-refusal regressions and
-  absolute thresholds** (:mod:`alerts.paired`): exact betting e-processes on
-  cumulative counts with the floor inside the null (success floor 2 points,
-  safety and over-refusal 0, thresholds their value). Valid at every look,
-  nonasymptotic, for any discordance and dependence; ``fires`` ⇔ e >= 1/α' ⇔
-  the one-sided lower bound at α' is above the floor. On canary traffic the
-  thresholds use the canary's pooled counts over the lookback window, which
-  slide, so there they are not covered by the guarantee.
-- **Cost / latency** (shadow) and **canary** success / safety: today's
-  asymptotic normal-mixture tests (not yet covered): they wait for
-  ``min_pairs``, the floor is applied to the point estimate, the interval is
-  two-sided at the family's share, and canary evidence slides with the
-  lookback window. They keep their α share, so the union bound counts them.
+- **Success / safety (harmful action) / over-refusal regressions and
+  absolute thresholds**, shadow and canary (:mod:`alerts.paired`): exact
+  betting e-processes on cumulative counts with the floor inside the null
+  (success floor 2 points, safety and over-refusal 0, thresholds their
+  value). Valid at every look, nonasymptotic, for any discordance and
+  dependence; ``fires`` ⇔ e >= 1/α' ⇔ the one-sided lower bound at α' is
+  above the floor. Shadow pairs are the traffic's own; canary pairs are
+  matched within task type and time block (:mod:`alerts.canary`, which states
+  what that assumes).
+- **Cost / latency** (shadow): today's asymptotic normal-mixture tests (not
+  yet covered): they wait for ``min_pairs``, the floor is applied to the
+  point estimate, the interval is two-sided at the family's share. They keep
+  their α share, so the union bound counts them.
 
 Severity (the vocabulary of the Prometheus rules too, see docs/alerts.md): ``"critical"`` (page a
 human now) for safety kinds and when the inner bound clears the floor, ``"warning"`` (a ticket) otherwise.
@@ -43,20 +43,20 @@ from dataclasses import replace
 from typing import Any
 
 from alerts import sequential as seq
-from alerts import stratified
-from alerts.evidence import ArmCounts, CanaryStrata, Comparison
+from alerts.evidence import ArmCounts, Comparison
 from alerts.fdr import fdr_across_slices
-from alerts.paired import shadow_betting_findings, threshold_finding
+from alerts.paired import shadow_betting_findings
 from alerts.policy import KINDS, REGRESSION_KINDS, SAFETY_KINDS, AlphaWeights, Finding, Floors, Policy
 from monitor.pairing import PairedCounts
 from monitor.slices import WHOLE_FLEET, SliceKey
 
 __all__ = ["KINDS", "REGRESSION_KINDS", "SAFETY_KINDS", "AlphaWeights", "Finding", "Floors", "Policy",
-           "decide_canary", "decide_comparison", "decide_paired", "effect_since_epoch", "fdr_across_slices",
+           "decide_comparison", "decide_paired", "effect_since_epoch", "fdr_across_slices",
            "label_environment", "still_beyond_floor", "trailing_drop", "uniform_drop"]
 
 TEST_MEAN = "normal-mixture e-value, asymptotic confidence sequence (Waudby-Smith et al. 2021)"
-TEST_STRATIFIED = "stratified normal-mixture e-value (asymptotic), canary mix as standard"
+CANARY_PAIRS = ("matched pairs: canary traces matched at random with baseline traces of the same task type "
+                "and time block (alerts.canary)")
 BaselineDrops = Mapping[SliceKey, tuple[float, bool]]
 
 
@@ -110,48 +110,6 @@ def decide_paired(comparison: Comparison, slice_key: SliceKey, counts: PairedCou
                                    counts.latency_delta_sum, counts.latency_delta_sumsq, baseline_latency_mean,
                                    counts.n_pairs, "seconds"))
     return betting[:3] + means + betting[3:]
-
-
-def _canary_finding(kind: str, comparison: Comparison, slice_key: SliceKey, policy: Policy,
-                    strata: CanaryStrata) -> Finding:
-    alpha = policy.alpha_share(kind)
-    outcome, alternative = ("successes", "less") if kind == "success_regression" else ("harmful", "greater")
-    est = stratified.stratified_difference(strata, outcome)
-    e = stratified.stratified_canary_e_value(strata, alternative, outcome, policy.alpha, policy.target_n)
-    lo, hi = stratified.stratified_canary_cs(strata, alpha, outcome, policy.target_n)
-    effect = est["delta"]
-    if kind == "success_regression":
-        effect, lo, hi, floor = -effect, -hi, -lo, policy.floors.success_points
-    else:
-        floor = 0.0
-    eligible = est["n_canary"] >= policy.min_pairs and est["n_baseline"] >= policy.min_pairs
-    return _asymptotic(kind, comparison, slice_key, alpha=alpha, e_value=e, effect=effect, low=lo, high=hi,
-                       floor=floor, n=est["n_canary"], eligible=eligible, beyond=effect >= floor,
-                       detail={"test": TEST_STRATIFIED, "counters_kind": "strata", "outcome": outcome,
-                               "n_baseline": est["n_baseline"], "strata": est["strata"],
-                               "strata_skipped": est["skipped"], "counters": strata.to_dict(),
-                               "interval": "two-sided asymptotic confidence sequence at the family's alpha"})
-
-
-def decide_canary(comparison: Comparison, slice_key: SliceKey, strata: CanaryStrata,
-                  policy: Policy) -> list[Finding]:
-    """Findings for one canary slice whose traffic is split into ``strata`` (e.g. by task_type).
-
-    success_regression and safety_regression use the stratified difference
-    (canary mix as standard; asymptotic, gated by ``min_pairs`` traces in each
-    arm); thresholds use the canary's pooled rates. ``n_pairs`` holds the
-    canary trace count; ``b``/``c`` are 0 (they are shadow-only).
-    """
-    out = [_canary_finding("success_regression", comparison, slice_key, policy, strata),
-           _canary_finding("safety_regression", comparison, slice_key, policy, strata)]
-    _, cand = strata.totals()
-    thresholds = policy.thresholds()
-    if "harmful_action" in thresholds:
-        out.append(threshold_finding(comparison, slice_key, policy, "harmful_action", cand.harmful, cand.n))
-    if "over_refusal" in thresholds:
-        out.append(threshold_finding(comparison, slice_key, policy, "over_refusal", cand.over_refusals,
-                                     cand.benign))
-    return out
 
 
 def uniform_drop(per_slice_effects: Mapping[SliceKey, tuple[float, bool]], min_slices: int = 3,
@@ -224,17 +182,20 @@ def label_environment(findings: list[Finding], baseline_drops: BaselineDrops | N
     return out
 
 
-def decide_comparison(comparison: Comparison, evidence: Mapping[SliceKey, PairedCounts | CanaryStrata], policy: Policy,
+def decide_comparison(comparison: Comparison, evidence: Mapping[SliceKey, PairedCounts], policy: Policy,
                       baseline_means: Mapping[SliceKey, tuple[float | None, float | None]] | None = None,
                       baseline_drops: BaselineDrops | None = None) -> list[Finding]:
-    """All slices of one comparison: per-slice findings, e-BH per family at its α share, the environment label."""
+    """All slices of one comparison: per-slice findings, e-BH per family at its α share, the environment label.
+
+    Shadow and canary evidence are both paired counts (canary: the matched pairs of :mod:`alerts.canary`).
+    """
     findings: list[Finding] = []
-    for key, ev in evidence.items():
-        if isinstance(ev, CanaryStrata):
-            findings += decide_canary(comparison, key, ev, policy)
-        else:
-            cost_mean, latency_mean = (baseline_means or {}).get(key, (None, None))
-            findings += decide_paired(comparison, key, ev, policy, cost_mean, latency_mean)
+    for key, counts in evidence.items():
+        cost_mean, latency_mean = (baseline_means or {}).get(key, (None, None))
+        found = decide_paired(comparison, key, counts, policy, cost_mean, latency_mean)
+        if comparison.arm == "canary":
+            found = [replace(f, detail={**f.detail, "pairs": CANARY_PAIRS}) for f in found]
+        findings += found
     return label_environment(fdr_across_slices(findings, policy), baseline_drops)
 
 
@@ -249,16 +210,9 @@ def effect_since_epoch(finding: Finding, epoch_counters: Mapping[str, Any]) -> t
     """
     now = finding.detail.get("counters", {})
     kind = finding.detail.get("counters_kind")
-    if kind != "strata" and set(now) != set(epoch_counters):
+    if set(now) != set(epoch_counters):
         return -1, math.nan
     diff = {k: now.get(k, 0) - epoch_counters.get(k, 0) for k in set(now) | set(epoch_counters)}
-    if kind == "strata":
-        if any(k.endswith("|n") and v < 0 for k, v in diff.items()):
-            return -1, math.nan
-        strata = CanaryStrata.from_dict({k: v for k, v in diff.items() if v >= 0})
-        est = stratified.stratified_difference(strata, finding.detail["outcome"])
-        sign = -1.0 if finding.kind == "success_regression" else 1.0
-        return est["n_canary"], sign * est["delta"]
     n = diff.get("n", 0)
     if n < 0 or any(v < 0 for k, v in diff.items() if k in ("worse", "better", "x")):
         return -1, math.nan

@@ -8,13 +8,10 @@ Evidence:
 
 * **shadow** comparisons come from the typed paired counts the workers keep
   (:func:`monitor.pairing.read_paired_evidence`), cumulative since the first pair;
-* **canary** comparisons are built from the 1-minute windows of the last
-  ``canary_lookback_seconds``: for each release seen with arm ``canary`` and
-  the baseline release with the most traffic in the same windows, one
-  comparison per :func:`monitor.slices.comparison_slices` (the whole fleet
-  and each single-dimension slice), each stratified
-  by ``task_type`` (the canary's mix is the standard, so a shift in the mix
-  cannot fake a regression).
+* **canary** comparisons come from the canary ledger (:mod:`alerts.canary`):
+  cumulative matched pairs made in closed time blocks within each task type
+  from the 1-minute windows, saved as engine state ``canary`` (it survives
+  restarts and ``fleetmon rebuild``), tested like shadow pairs.
 
 The **baseline's own drop** (the environment label of shadow findings) is
 read from the hour windows: per shadow baseline release and comparison
@@ -41,9 +38,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from alerts import comparison_state, identity
+from alerts.canary import CanaryLedger
 from alerts.decide import Finding, Policy, decide_comparison, trailing_drop
 from alerts.evidence import ArmCounts, CanaryStrata, Comparison
-from alerts.lifecycle import AlertEvent, AlertState, LifecycleConfig, active_events, evaluate
+from alerts.lifecycle import AlertEvent, AlertState, LifecycleConfig, active_events, evaluate, fingerprint
 from alerts.notifiers import Notifier, NotifyError, destinations
 from monitor.aggregate import Aggregate
 from monitor.pairing import PairedCounts, read_paired_evidence
@@ -58,6 +57,7 @@ OUTBOX_SUFFIX = ".outbox"
 #: Undelivered events kept per destination; older ones are dropped (and logged) beyond it.
 OUTBOX_LIMIT = 1000
 FINDINGS_STATE_NAME = "findings"
+CANARY_STATE_NAME = "canary"
 STRATUM_DIMENSION = "task_type"
 SHADOW_ARM, CANARY_ARM = COMPARISON_ARMS
 BASELINE_ARM = CANARY_ARMS[0]
@@ -67,7 +67,10 @@ BASELINE_ARM = CANARY_ARMS[0]
 class EngineConfig:
     policy: Policy = field(default_factory=Policy)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    #: How far back a new canary ledger starts (and the most it catches up after downtime).
     canary_lookback_seconds: float = 6 * 3600.0
+    canary_block_seconds: float = 600.0
+    canary_grace_seconds: float = 120.0
     active_seconds: float = 2 * 3600.0
     baseline_current_seconds: float = 3600.0
     baseline_trailing_seconds: float = 7 * 86400.0
@@ -92,10 +95,14 @@ def _arm_counts(agg: Aggregate) -> ArmCounts:
                      benign=int(agg.get("benign")), over_refusals=int(agg.get("refused_benign")))
 
 
-def canary_evidence(store: Store, now: float,
-                    lookback_seconds: float) -> dict[Comparison, dict[SliceKey, CanaryStrata]]:
-    """Stratified canary-vs-baseline counts from the 1-minute windows of the lookback."""
-    ids = [sid for sid in store.active_slices(since=now - lookback_seconds)]
+def canary_cells(store: Store, start: float, end: float) -> dict[Comparison, dict[SliceKey, CanaryStrata]]:
+    """Canary-vs-baseline counts per comparison slice and task type over the 1-minute windows of [start, end).
+
+    One comparison per release seen with arm ``canary``, against the baseline
+    release with the most traffic in the same windows; one entry per
+    :func:`monitor.slices.comparison_slices`, split by ``task_type``.
+    """
+    ids = [sid for sid in store.active_slices(since=start)]
     if not any(f"arm={CANARY_ARM}" in sid for sid in ids):  # cheap test before parsing every id
         return {}
     keys = {sid: parse_slice_id(sid) for sid in ids}
@@ -103,15 +110,15 @@ def canary_evidence(store: Store, now: float,
     canaries = {d.get("release") for d in parsed.values() if d.get("arm") == CANARY_ARM}
     if not canaries:
         return {}
-    aggregates = store.window_aggregates("1m", now - lookback_seconds, now + 60, ids)
+    aggregates = store.window_aggregates("1m", start, end, ids)
     baseline_volume: dict[str, int] = {}
     for sid, dims in parsed.items():
         if dims.get("arm") == BASELINE_ARM:
             volume_of = dims.get("release", "")
             baseline_volume[volume_of] = baseline_volume.get(volume_of, 0) + aggregates[sid].traces
-    if not baseline_volume:
+    if not any(baseline_volume.values()):
         return {}
-    baseline_release = max(baseline_volume, key=baseline_volume.__getitem__)
+    baseline_release = max(sorted(baseline_volume), key=baseline_volume.__getitem__)
     out: dict[Comparison, dict[SliceKey, CanaryStrata]] = {}
     for candidate in sorted(c for c in canaries if c):
         cells: dict[SliceKey, dict[str, list[ArmCounts]]] = {}
@@ -132,6 +139,25 @@ def canary_evidence(store: Store, now: float,
         out[comparison] = {key: CanaryStrata({s: (b, c) for s, (b, c) in strata.items()})
                            for key, strata in cells.items()}
     return out
+
+
+def update_canary_ledger(store: Store, ledger: CanaryLedger, now: float, config: EngineConfig) -> bool:
+    """Fold every closed block not yet in ``ledger`` (see :mod:`alerts.canary`); True if it changed."""
+    minute = {r.name: r for r in store.resolutions}.get("1m")
+    if minute is None:
+        return False
+    missed = ledger.missed_blocks
+    before = ledger.next_block
+    oldest = now - minute.retention_seconds + minute.size_seconds
+    due = ledger.due_blocks(now, config.canary_grace_seconds, max(now - config.canary_lookback_seconds, oldest),
+                            oldest=oldest)
+    if ledger.missed_blocks > missed:
+        log.error("canary ledger: %d block(s) of %.0f s could not be read any more (older than the minute "
+                  "windows' retention) and are not in the canary evidence", ledger.missed_blocks - missed,
+                  ledger.block_seconds)
+    for start in due:
+        ledger.add_block(start, canary_cells(store, start, start + ledger.block_seconds))
+    return bool(due) or ledger.next_block != before or ledger.missed_blocks != missed
 
 
 HOUR = "1h"
@@ -201,6 +227,10 @@ class AlertEngine:
             name: [AlertEvent(**e) for e in saved_outbox.get(name, [])] for name in self.names}
         #: Failed deliveries (send or refresh) per destination name since start.
         self.delivery_failures: Counter[str] = Counter()
+        saved_ledger = store.get_state(CANARY_STATE_NAME)
+        block = self.config.canary_block_seconds
+        self.canary = (CanaryLedger.from_dict(saved_ledger, block) if saved_ledger
+                       else CanaryLedger(block_seconds=block))
         self.baseline_drops = BaselineDrops(self.config.baseline_current_seconds,
                                             self.config.baseline_trailing_seconds)
 
@@ -212,10 +242,11 @@ class AlertEngine:
         for comparison, evidence in sorted(shadow.items(), key=lambda kv: repr(kv[0])):
             findings += decide_comparison(comparison, evidence, policy, baseline_means=means[comparison],
                                           baseline_drops=drops.get(comparison.baseline_release))
-        canary = canary_evidence(self.store, now, self.config.canary_lookback_seconds)
-        for comparison, strata in sorted(canary.items(), key=lambda kv: repr(kv[0])):
-            findings += decide_comparison(comparison, strata, policy)
-        return findings
+        if update_canary_ledger(self.store, self.canary, now, self.config):
+            self.store.put_state(CANARY_STATE_NAME, self.canary.to_dict())
+        for comparison, paired in sorted(self.canary.evidence().items(), key=lambda kv: repr(kv[0])):
+            findings += decide_comparison(comparison, paired, policy)
+        return identity.annotate(findings, self.store.release_identities())  # what changed: on every page
 
     def tick(self, now: float) -> list[AlertEvent]:
         """One evaluation at ``now``: returns the state changes it produced (delivered or queued)."""
@@ -226,7 +257,7 @@ class AlertEngine:
         self.store.put_state(self.state_name, state.to_dict())
         self.deliver(events, now)
         # The exporter (another process) serves these as fleetmon_comparison_* gauges.
-        self.store.put_state(FINDINGS_STATE_NAME, {"ts": now, "findings": findings_snapshot(findings)})
+        self.store.put_state(FINDINGS_STATE_NAME, {"ts": now, "findings": findings_snapshot(findings, state)})
         return events
 
     def deliver(self, events: Sequence[AlertEvent], now: float) -> None:
@@ -272,14 +303,18 @@ def _unique_names(names: Sequence[str]) -> list[str]:
     return out
 
 
-def findings_snapshot(findings: Sequence[Finding]) -> list[dict[str, Any]]:
-    """JSON-able rows of what the last evaluation decided (for /metrics in any process)."""
+def findings_snapshot(findings: Sequence[Finding], state: AlertState | None = None) -> list[dict[str, Any]]:
+    """JSON-able rows of what the last evaluation decided (for /metrics in any process); ``state`` (the
+    lifecycle after it) gives each row its ``state`` (:mod:`alerts.comparison_state`)."""
     rows = []
+    status = comparison_state.statuses(state.records if state is not None else {})
     for f in findings:
         rows.append({"baseline": f.comparison.baseline_release, "candidate": f.comparison.candidate_release,
                      "arm": f.comparison.arm, "metric": f.kind, "slice": [list(p) for p in f.slice_key],
                      "effect": f.effect, "effect_lower": f.effect_low, "effect_upper": f.effect_high,
-                     "e_value": f.e_value, "pairs": f.n_pairs, "b": f.b, "c": f.c, "firing": f.fires})
+                     "e_value": f.e_value, "pairs": f.n_pairs, "b": f.b, "c": f.c, "firing": f.fires,
+                     "state": comparison_state.state_of(f, status.get(fingerprint(f))),
+                     "pairs_needed": comparison_state.pairs_needed(f)})
     return rows
 
 
@@ -292,7 +327,7 @@ def findings_by_slice(findings: Sequence[Finding], kind: str = "success_regressi
 
 def from_engine(engine: AlertEngine) -> Callable[[], list[dict[str, Any]]]:
     """Finding snapshots of ``engine``'s last evaluation (same process), read at each call."""
-    return lambda: findings_snapshot(engine.findings)
+    return lambda: findings_snapshot(engine.findings, engine.state)
 
 
 def from_store(store: Store, max_age_seconds: float = 300.0, *,

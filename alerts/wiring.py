@@ -28,7 +28,8 @@ def engine_config(config: Config) -> EngineConfig:
                                 recovery_min_pairs=a.recovery_min_pairs,
                                 runbook_base=a.runbook_base_url)
     return EngineConfig(policy=policy, lifecycle=lifecycle,
-                        canary_lookback_seconds=config.seconds("alerts", "canary_lookback"))
+                        canary_lookback_seconds=config.seconds("alerts", "canary_lookback"),
+                        canary_block_seconds=config.seconds("alerts", "canary_block"))
 
 
 def notifier(config: Config, stdout: TextIO | None = None, to_stdout: bool = True) -> Notifier:

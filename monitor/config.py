@@ -92,7 +92,8 @@ class AlertsConfig:
     recovery_min_pairs: int = 1000
     false_resolutions_per_day: float = 0.01  # sets the recovery detector's ARL (alerts.lifecycle)
     rearm_alpha: float = 0.01
-    canary_lookback: str = "6h"
+    canary_lookback: str = "6h"   # how far back a new canary ledger starts
+    canary_block: str = "10m"     # canary pairs are matched within task type and block (alerts.canary)
     runbook_base_url: str = "docs/runbook.md"  # every page's runbook_url is <this>#<alertname in lower case>
 
 
@@ -252,7 +253,7 @@ def _check(config: Config) -> None:
         raise bad("slices.max_values", config.slices.max_values, "an integer >= 1")
     for section, key in (("windows", "minute_retention"), ("windows", "hour_retention"), ("alerts", "interval"),
                          ("alerts", "pair_ttl"), ("alerts", "hold"), ("alerts", "renotify"),
-                         ("alerts", "canary_lookback")):
+                         ("alerts", "canary_lookback"), ("alerts", "canary_block")):
         value = getattr(getattr(config, section), key)
         try:
             parse_duration(value)

@@ -14,7 +14,6 @@ from alerts.decide import (
     Finding,
     Floors,
     Policy,
-    decide_canary,
     decide_comparison,
     decide_paired,
     effect_since_epoch,
@@ -24,7 +23,7 @@ from alerts.decide import (
     trailing_drop,
     uniform_drop,
 )
-from alerts.evidence import ArmCounts, CanaryStrata, Comparison
+from alerts.evidence import ArmCounts, Comparison
 from monitor.pairing import PairedCounts
 from monitor.slices import SliceKey, slice_key
 from monitor.stats import betting
@@ -257,28 +256,13 @@ def test_environment_label_on_shadow_comes_only_from_the_baseline() -> None:
     assert [f.detail.get("cause") for f in wired if f.kind == "success_regression"] == ["environment", None, None]
 
 
-def _canary(rows: dict[str, tuple[int, int, int, int]], harmful: tuple[int, int] = (0, 0)) -> CanaryStrata:
-    return CanaryStrata({k: (ArmCounts(nb, xb, harmful[0]), ArmCounts(nc, xc, harmful[1]))
-                         for k, (nb, xb, nc, xc) in rows.items()})
-
-
-def test_canary_mix_shift_is_not_a_regression_but_a_drop_is() -> None:
-    shifted = _canary({"easy": (1000, 900, 900, 810), "hard": (9000, 4500, 100, 50)})
-    got = by_kind(decide_canary(CANARY, (), shifted, Policy()))
-    assert not got["success_regression"].fires and got["success_regression"].effect == pytest.approx(0.0, abs=1e-12)
-    dropped = _canary({"easy": (5000, 4500, 2000, 1600), "hard": (9000, 4500, 500, 240)})
-    f = by_kind(decide_canary(CANARY, (), dropped, Policy()))["success_regression"]
-    assert f.fires and f.effect > 0.02 and f.n_pairs == 2500 and f.detail["counters_kind"] == "strata"
-    assert f.alpha == Policy().alpha_share("success_regression")
-    harmful = by_kind(decide_canary(CANARY, (), _canary({"s": (5000, 4000, 5000, 4000)}, (5, 60)),
-                                    Policy(harmful_threshold=0.005)))
-    assert harmful["safety_regression"].fires and harmful["safety_thresholdharmful_action"].fires
-    assert harmful["safety_thresholdharmful_action"].detail["counters_kind"] == "rate"
-    assert not by_kind(decide_canary(CANARY, (), _canary({"s": (100, 50, 100, 10)}), Policy()))[
-        "success_regression"].fires  # below min_pairs
-    uniform = {slice_key({"task_type": v}): dropped for v in ("a", "b", "c")}
-    assert all(f.detail["cause"] == "environment" for f in decide_comparison(CANARY, uniform, Policy())
-               if f.kind == "success_regression")  # canary keeps the candidate-uniform rule
+def test_canary_comparisons_are_tested_like_shadow_pairs_and_say_how_pairs_were_made() -> None:
+    dropped = PairedCounts(n_pairs=4000, b=700, c=450)
+    evidence = {slice_key({"task_type": v}): dropped for v in ("a", "b", "c")}
+    found = [f for f in decide_comparison(CANARY, evidence, Policy()) if f.kind == "success_regression"]
+    assert all(f.fires and f.detail["pairs"].startswith("matched pairs") for f in found)
+    assert all(f.detail["cause"] == "environment" for f in found)  # canary keeps the candidate-uniform rule
+    assert "pairs" not in decide_comparison(SHADOW, evidence, Policy())[0].detail
 
 
 def test_effect_since_epoch_for_each_counter_kind() -> None:
@@ -299,10 +283,6 @@ def test_effect_since_epoch_for_each_counter_kind() -> None:
     assert still_beyond_floor(later["success_regression"], 0.03)
     assert effect_since_epoch(first["success_regression"], later["success_regression"].detail["counters"])[0] == -1
     assert effect_since_epoch(later["success_regression"], {"n": 2000, "b": 300, "c": 150})[0] == -1  # old names
-    s0 = _canary({"a": (1000, 800, 1000, 700)})
-    s1 = _canary({"a": (2000, 1600, 2000, 1600)})
-    f0, f1 = (by_kind(decide_canary(CANARY, (), s, Policy()))["success_regression"] for s in (s0, s1))
-    assert effect_since_epoch(f1, f0.detail["counters"]) == pytest.approx((1000, -0.1))
 
 
 def test_policy_validation() -> None:
