@@ -42,10 +42,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from alerts import sequential as seq
 from alerts.evidence import ArmCounts, Comparison
 from alerts.fdr import fdr_across_slices
-from alerts.paired import shadow_betting_findings
+from alerts.paired import capped_mean_finding, shadow_betting_findings
 from alerts.policy import KINDS, REGRESSION_KINDS, SAFETY_KINDS, AlphaWeights, Finding, Floors, Policy
 from monitor.pairing import PairedCounts
 from monitor.slices import WHOLE_FLEET, SliceKey
@@ -54,61 +53,27 @@ __all__ = ["KINDS", "REGRESSION_KINDS", "SAFETY_KINDS", "AlphaWeights", "Finding
            "decide_comparison", "decide_paired", "effect_since_epoch", "fdr_across_slices",
            "label_environment", "still_beyond_floor", "trailing_drop", "uniform_drop"]
 
-TEST_MEAN = "normal-mixture e-value, asymptotic confidence sequence (Waudby-Smith et al. 2021)"
 CANARY_PAIRS = ("matched pairs: canary traces matched at random with baseline traces of the same task type "
                 "and time block (alerts.canary)")
 BaselineDrops = Mapping[SliceKey, tuple[float, bool]]
 
 
-def _asymptotic(kind: str, comparison: Comparison, slice_key: SliceKey, *, alpha: float, e_value: float,
-                effect: float, low: float, high: float, floor: float, n: int, eligible: bool, beyond: bool,
-                detail: dict[str, Any]) -> Finding:
-    significant = eligible and e_value >= 1.0 / alpha
-    fires = significant and (kind == "safety_regression" or beyond)
-    severity = "critical" if kind in SAFETY_KINDS or low >= floor else "warning"
-    return Finding(kind, comparison, slice_key, severity, significant, beyond, fires, float(e_value),
-                   float(effect), float(low), float(high), float(floor), alpha, int(n), 0, 0,
-                   {"eligible": eligible, **detail})
-
-
-def _mean_finding(kind: str, comparison: Comparison, slice_key: SliceKey, policy: Policy, n: int, s: float,
-                  ss: float, baseline_mean: float | None, n_pairs: int, unit: str) -> Finding:
-    alpha = policy.alpha_share(kind)
-    mean, var = seq.moments_from_sums(n, s, ss)
-    e = seq.mean_e_value(n, mean, var, "greater", policy.alpha, policy.target_n)
-    lo, hi = seq.asymptotic_cs(n, mean, var, alpha, target_n=policy.target_n)
-    floor = policy.floors.cost_relative if kind == "cost_regression" else policy.floors.latency_relative
-    relative = baseline_mean is not None and baseline_mean > 0
-    scale = baseline_mean if baseline_mean is not None and relative else 1.0
-    detail: dict[str, Any] = {"test": TEST_MEAN, "counters_kind": "mean", "unit": "relative" if relative else unit,
-                              "mean_delta": mean, "baseline_mean": baseline_mean,
-                              "interval": "two-sided asymptotic confidence sequence at the family's alpha",
-                              "counters": {"n": n, "sum": s, "sumsq": ss}}
-    f = _asymptotic(kind, comparison, slice_key, alpha=alpha, e_value=e, effect=mean / scale, low=lo / scale,
-                    high=hi / scale, floor=floor, n=n_pairs, eligible=n >= policy.min_pairs,
-                    beyond=relative and mean / scale >= floor, detail=detail)
-    return f if relative else replace(f, severity="warning")  # absolute units: not comparable to the floor
-
-
-def decide_paired(comparison: Comparison, slice_key: SliceKey, counts: PairedCounts, policy: Policy,
-                  baseline_cost_mean: float | None = None,
-                  baseline_latency_mean: float | None = None) -> list[Finding]:
-    """Findings for one shadow slice, each at its family's α share *before* e-BH across slices.
+def decide_paired(comparison: Comparison, slice_key: SliceKey, counts: PairedCounts, policy: Policy) -> list[Finding]:
+    """Findings for one slice of paired counts, each at its family's α share *before* e-BH across slices.
 
     Always success, safety and over-refusal regressions; cost / latency when
-    any pair reported them; one safety_threshold per configured threshold.
-    ``baseline_*_mean`` (USD, seconds) turn deltas into relative increases.
+    any pair reported them (capped-mean tests, :mod:`monitor.stats.capped_mean`);
+    one safety_threshold per configured threshold.
     """
     betting = shadow_betting_findings(comparison, slice_key, counts, policy)
     means: list[Finding] = []
-    if counts.cost_n:
-        means.append(_mean_finding("cost_regression", comparison, slice_key, policy, counts.cost_n,
-                                   counts.cost_delta_sum, counts.cost_delta_sumsq, baseline_cost_mean,
-                                   counts.n_pairs, "usd"))
-    if counts.latency_n:
-        means.append(_mean_finding("latency_regression", comparison, slice_key, policy, counts.latency_n,
-                                   counts.latency_delta_sum, counts.latency_delta_sumsq, baseline_latency_mean,
-                                   counts.n_pairs, "seconds"))
+    for kind, quantity, cap, unit in (("cost_regression", "cost", policy.caps.cost_usd, "usd"),
+                                      ("latency_regression", "latency", policy.caps.latency_seconds, "seconds")):
+        sums = counts.capped(quantity)
+        if sums.n:
+            means.append(capped_mean_finding(kind, comparison, slice_key, policy, sums,
+                                             over_cap=int(getattr(counts, f"{quantity}_over_cap")),
+                                             n_pairs=counts.n_pairs, expected_cap=cap, unit=unit))
     return betting[:3] + means + betting[3:]
 
 
@@ -183,7 +148,6 @@ def label_environment(findings: list[Finding], baseline_drops: BaselineDrops | N
 
 
 def decide_comparison(comparison: Comparison, evidence: Mapping[SliceKey, PairedCounts], policy: Policy,
-                      baseline_means: Mapping[SliceKey, tuple[float | None, float | None]] | None = None,
                       baseline_drops: BaselineDrops | None = None) -> list[Finding]:
     """All slices of one comparison: per-slice findings, e-BH per family at its α share, the environment label.
 
@@ -191,8 +155,7 @@ def decide_comparison(comparison: Comparison, evidence: Mapping[SliceKey, Paired
     """
     findings: list[Finding] = []
     for key, counts in evidence.items():
-        cost_mean, latency_mean = (baseline_means or {}).get(key, (None, None))
-        found = decide_paired(comparison, key, counts, policy, cost_mean, latency_mean)
+        found = decide_paired(comparison, key, counts, policy)
         if comparison.arm == "canary":
             found = [replace(f, detail={**f.detail, "pairs": CANARY_PAIRS}) for f in found]
         findings += found

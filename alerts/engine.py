@@ -76,18 +76,13 @@ class EngineConfig:
     baseline_trailing_seconds: float = 7 * 86400.0
 
 
-def shadow_evidence(store: Store) -> tuple[dict[Comparison, dict[SliceKey, PairedCounts]],
-                                           dict[Comparison, dict[SliceKey, tuple[float | None, float | None]]]]:
-    """Paired counts per comparison and slice, and the baseline's mean cost and latency there."""
+def shadow_evidence(store: Store) -> dict[Comparison, dict[SliceKey, PairedCounts]]:
+    """Paired counts per comparison and slice."""
     evidence: dict[Comparison, dict[SliceKey, PairedCounts]] = {}
-    means: dict[Comparison, dict[SliceKey, tuple[float | None, float | None]]] = {}
     for found in read_paired_evidence(store.paired_evidence()):
         comparison = Comparison(found.baseline_release, found.candidate_release, SHADOW_ARM)
-        counts = found.counts
-        evidence.setdefault(comparison, {})[found.slice_key] = counts
-        means.setdefault(comparison, {})[found.slice_key] = (counts.baseline_cost_mean_usd,
-                                                             counts.baseline_latency_mean_seconds)
-    return evidence, means
+        evidence.setdefault(comparison, {})[found.slice_key] = found.counts
+    return evidence
 
 
 def _arm_counts(agg: Aggregate) -> ArmCounts:
@@ -237,10 +232,10 @@ class AlertEngine:
     def decide(self, now: float) -> list[Finding]:
         policy = self.config.policy
         findings: list[Finding] = []
-        shadow, means = shadow_evidence(self.store)
+        shadow = shadow_evidence(self.store)
         drops = self.baseline_drops(self.store, {c.baseline_release for c in shadow}, now)
         for comparison, evidence in sorted(shadow.items(), key=lambda kv: repr(kv[0])):
-            findings += decide_comparison(comparison, evidence, policy, baseline_means=means[comparison],
+            findings += decide_comparison(comparison, evidence, policy,
                                           baseline_drops=drops.get(comparison.baseline_release))
         if update_canary_ledger(self.store, self.canary, now, self.config):
             self.store.put_state(CANARY_STATE_NAME, self.canary.to_dict())

@@ -35,10 +35,12 @@ from alerts.evidence import Comparison
 from alerts.policy import SAFETY_KINDS, Finding, Policy
 from monitor.pairing import PairedCounts
 from monitor.slices import SliceKey
-from monitor.stats import betting
+from monitor.stats import betting, capped_mean
 
 TEST_FLIP = "betting e-process on the paired net flip, floor in the null (exact, anytime-valid)"
 TEST_RATE = "betting e-process on the rate vs the threshold (exact, anytime-valid)"
+TEST_CAPPED = ("empirical-Bernstein e-process on the relative increase of the capped means, floor in the null "
+               "(nonasymptotic, anytime-valid; values over the cap count as the cap)")
 SCALE_END = 1.0
 
 
@@ -75,20 +77,50 @@ def conclude_betting(finding: Finding, alpha: float, compute_bound: bool = True)
     counters = finding.detail["counters"]
     eligible = bool(finding.detail.get("eligible", True))
     significant = eligible and finding.e_value >= 1.0 / alpha
-    flip = finding.detail["counters_kind"] == "flip"
+    kind = finding.detail["counters_kind"]
+    flip = kind == "flip"
     interval = interval_text(alpha)
+    end = math.inf if kind == "capped_mean" else SCALE_END
+    if kind == "capped_mean":
+        interval = interval.replace(f"upper end {SCALE_END:g} is the end of the scale", "no upper end (one-sided)")
     if not significant and not compute_bound:
         # The start of the scale is a (trivially) valid lower bound, and by duality the
         # bisected one would not clear the floor either: the decision is the same.
-        low, interval = (-1.0 if flip else 0.0), "not computed (not significant); " + interval
+        low, interval = (-1.0 if kind != "rate" else 0.0), "not computed (not significant); " + interval
+    elif kind == "capped_mean":
+        low = capped_mean.lower_bound(_sums(counters), alpha) if finding.n_pairs else -1.0
     elif flip:
         low = _flip_low(int(counters["worse"]), int(counters["better"]), int(counters["n"]), alpha)
     else:
         low = _rate_low(int(counters["x"]), int(counters["n"]), alpha)
     severity = "critical" if finding.kind in SAFETY_KINDS or significant else "warning"
     return replace(finding, significant=significant, beyond_floor=low > finding.floor, fires=significant,
-                   effect_low=low, effect_high=SCALE_END, alpha=alpha, severity=severity,
+                   effect_low=low, effect_high=end, alpha=alpha, severity=severity,
                    detail={**finding.detail, "interval": interval})
+
+
+def _sums(counters: dict[str, Any]) -> capped_mean.CappedSums:
+    return capped_mean.CappedSums(*(counters[k] for k in capped_mean.CappedSums._fields))
+
+
+def capped_mean_finding(kind: str, comparison: Comparison, slice_key: SliceKey, policy: Policy,
+                        sums: capped_mean.CappedSums, *, over_cap: int, n_pairs: int, expected_cap: float,
+                        unit: str) -> Finding:
+    """cost_regression / latency_regression: H0 relative increase of the capped means <= the floor.
+
+    A cap recorded by the workers that is not ``expected_cap`` (changed without a rebuild, or another
+    configuration) leaves the test out (e-value 1, marked in the detail): its bound would not hold."""
+    floor = policy.floors.cost_relative if kind == "cost_regression" else policy.floors.latency_relative
+    same_cap = sums.n == 0 or math.isclose(sums.cap, expected_cap, rel_tol=1e-9)
+    e = capped_mean.e_value(sums, floor) if same_cap else 1.0
+    f = _unconcluded(kind, comparison, slice_key, e_value=e, effect=capped_mean.point_ratio(sums), floor=floor,
+                     n=sums.n, b=0, c=0,
+                     detail={"test": TEST_CAPPED, "counters_kind": "capped_mean", "unit": "relative",
+                             "counters": sums._asdict(), "cap": expected_cap, "cap_unit": unit,
+                             "over_cap": over_cap, "pairs": n_pairs,
+                             "mean_capped_baseline": sums.b / sums.n if sums.n else None,
+                             **({} if same_cap else {"eligible": False, "cap_mismatch": sums.cap})})
+    return conclude_betting(f, policy.alpha_share(kind), compute_bound=False)
 
 
 def _unconcluded(kind: str, comparison: Comparison, slice_key: SliceKey, *, e_value: float, effect: float,

@@ -19,6 +19,7 @@ from typing import Any
 
 from alerts.evidence import Comparison
 from alerts.sequential import DEFAULT_TARGET_N
+from monitor.pairing import DEFAULT_CAPS, Caps
 from monitor.slices import SliceKey
 
 #: Regression kinds tested per slice with e-values and controlled by e-BH across slices.
@@ -87,6 +88,8 @@ class Policy:
     min_pairs: int = 200
     target_n: float = DEFAULT_TARGET_N
     weights: AlphaWeights = field(default_factory=AlphaWeights)
+    #: Per-trace caps the cost / latency tests expect the workers to have counted with (monitor.pairing.Caps).
+    caps: Caps = DEFAULT_CAPS
     #: False: skip the bisected lower bound of findings that are not significant (the
     #: validity bench's speed-up; decisions are identical, the shown bound is the scale's start).
     bounds_for_all: bool = True

@@ -2,9 +2,12 @@
 
 Covered kinds are those whose finding carries ``detail["counters_kind"]``
 ``"flip"`` (cumulative ``{"n", "worse", "better"}``: paired net flip, X = +1
-when the candidate is worse, -1 when better) or ``"rate"`` (``{"n", "x"}``: a
-binary rate), with the effect on that scale and ``finding.floor`` its floor
-(0 for the paired safety kinds, the threshold for ``safety_threshold``).
+when the candidate is worse, -1 when better), ``"rate"`` (``{"n", "x"}``: a
+binary rate) or ``"capped_mean"`` (the capped sums of
+:mod:`monitor.stats.capped_mean`: the relative increase of capped cost or
+latency means, whose empirical-Bernstein factors also multiply over pairs),
+with the effect on that scale and ``finding.floor`` its floor (0 for the
+paired safety kinds, the threshold for ``safety_threshold``).
 
 Recovery (firing -> resolved): a CUSUM e-detector (Shin, Ramdas & Rinaldo
 2022) for H0: "the effect is still >= floor", on the evidence since firing. Per
@@ -38,10 +41,10 @@ resolution (now - then), ``flip_e_value`` / ``rate_e_value`` against the floor,
 at ``rearm_alpha``: a fixed regression re-fires with probability <= rearm_alpha
 over the rest of its life (Ville). Never on the cumulative finding.
 
-Kinds with counters ``"mean"`` or ``"strata"`` (cost, latency, canary) are not
-covered yet: they keep the tumbling-epoch point-estimate rule of
-``alerts.decide`` (``epoch_effect``, ``epoch_still_beyond``), which carries no
-guarantee.
+Every kind the engine produces today is covered. Counters of another kind (a
+state saved by an older version: ``"mean"``, ``"strata"``) keep the
+tumbling-epoch point-estimate rule (``epoch_effect``, ``epoch_still_beyond``)
+until those records are forgotten.
 """
 
 from __future__ import annotations
@@ -54,11 +57,11 @@ from typing import Any
 import numpy as np
 
 from alerts.decide import Finding, effect_since_epoch, still_beyond_floor
-from monitor.stats import betting
+from monitor.stats import betting, capped_mean
 
 #: Counter kinds with an anytime-valid recovery and re-arm rule.
-COVERED_COUNTERS = ("flip", "rate")
-_KEYS = {"flip": ("n", "worse", "better"), "rate": ("n", "x")}
+COVERED_COUNTERS = ("flip", "rate", "capped_mean")
+_KEYS = {"flip": ("n", "worse", "better"), "rate": ("n", "x"), "capped_mean": ("n", "b", "c", "bb", "cc", "bc")}
 _LOG_WEIGHTS = np.log(np.array(betting.BET_WEIGHTS, dtype=np.float64))
 
 
@@ -72,33 +75,48 @@ def counters_of(finding: Finding) -> dict[str, Any]:
     return dict(finding.detail.get("counters", {}))
 
 
-def increment(finding: Finding, then: Mapping[str, Any] | None) -> dict[str, int] | None:
+def increment(finding: Finding, then: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """Counts added since ``then`` (the finding's counters minus ``then``), or None to re-base.
 
     None when ``then`` is missing, lacks a key, or any count went backwards or
-    is inconsistent (worse + better > n, x > n): the store was rebuilt.
+    is inconsistent (worse + better > n, x > n; capped sums: another cap): the store was rebuilt.
     """
-    keys = _KEYS[str(finding.detail["counters_kind"])]
+    kind = str(finding.detail["counters_kind"])
+    keys = _KEYS[kind]
     now = finding.detail.get("counters", {})
     if then is None or any(k not in then or k not in now for k in keys):
         return None
+    if kind == "capped_mean":
+        diff_f = {k: float(now[k]) - float(then[k]) for k in keys}
+        if then.get("cap") != now.get("cap") or diff_f["n"] < 0 or any(
+                diff_f[k] < -1e-9 * max(1.0, abs(float(now[k]))) for k in ("b", "c", "bb", "cc")):
+            return None
+        return {**diff_f, "n": int(diff_f["n"]), "cap": now["cap"]}
     diff = {k: int(now[k]) - int(then[k]) for k in keys}
     if any(v < 0 for v in diff.values()) or sum(v for k, v in diff.items() if k != "n") > diff["n"]:
         return None
     return diff
 
 
+def _sums(counts: Mapping[str, Any]) -> capped_mean.CappedSums:
+    """Capped sums of an increment (tiny negative rounding of a sum of squares read as 0)."""
+    b, c, bb, cc = (max(0.0, float(counts[k])) for k in ("b", "c", "bb", "cc"))
+    return capped_mean.CappedSums(int(counts["n"]), b, c, bb, cc, float(counts["bc"]), float(counts["cap"]))
+
+
 #: The level recovery tests for kinds whose floor is 0 (H0 of recovery: effect >= this).
 ZERO_FLOOR_RECOVERY_LEVEL = 0.002
 
 
-def log_factors(finding: Finding, counts: Mapping[str, int], direction: str) -> np.ndarray:
+def log_factors(finding: Finding, counts: Mapping[str, Any], direction: str) -> np.ndarray:
     """Per-bet log wealth factors of ``counts`` against ``finding.floor`` (``direction`` as in betting).
 
     The reverse ("less", recovery) direction tests :data:`ZERO_FLOOR_RECOVERY_LEVEL`
     where the floor is 0.
     """
     level = finding.floor if direction != "less" or finding.floor > 0 else ZERO_FLOOR_RECOVERY_LEVEL
+    if finding.detail["counters_kind"] == "capped_mean":
+        return capped_mean.log_factors(_sums(counts), level, direction)
     if finding.detail["counters_kind"] == "flip":
         return betting.flip_log_factors(counts["worse"], counts["better"], counts["n"], level, direction)
     return betting.rate_log_factors(counts["x"], counts["n"], level, direction)
@@ -148,6 +166,8 @@ def rearm_e_value(finding: Finding, since: Mapping[str, Any] | None) -> float | 
     added = increment(finding, since)
     if added is None:
         return None
+    if finding.detail["counters_kind"] == "capped_mean":
+        return capped_mean.e_value(_sums(added), finding.floor)
     if finding.detail["counters_kind"] == "flip":
         return betting.flip_e_value(added["worse"], added["better"], added["n"], finding.floor)
     return betting.rate_e_value(added["x"], added["n"], finding.floor)

@@ -9,6 +9,12 @@ from alerts.engine import EngineConfig
 from alerts.lifecycle import LifecycleConfig
 from alerts.notifiers import AlertmanagerNotifier, FanOut, Notifier, StdoutNotifier, WebhookNotifier, ends_after
 from monitor.config import Config
+from monitor.pairing import Caps
+
+
+def caps(config: Config) -> Caps:
+    """The per-trace caps of the capped cost and latency sums (the workers count with them, the engine checks)."""
+    return Caps(config.alerts.cost_cap_usd, config.seconds("alerts", "latency_cap"))
 
 
 def engine_config(config: Config) -> EngineConfig:
@@ -17,7 +23,8 @@ def engine_config(config: Config) -> EngineConfig:
                     floors=Floors(success_points=a.success_floor, cost_relative=a.cost_floor,
                                   latency_relative=a.latency_floor),
                     harmful_threshold=a.harmful_threshold if a.harmful_threshold >= 0 else None,
-                    over_refusal_threshold=a.over_refusal_threshold if a.over_refusal_threshold >= 0 else None)
+                    over_refusal_threshold=a.over_refusal_threshold if a.over_refusal_threshold >= 0 else None,
+                    caps=caps(config))
     # The recovery detector's ARL is counted in evaluations: one false resolution per
     # 1 / false_resolutions_per_day days at one evaluation per `interval`.
     evaluations_per_day = 86_400.0 / config.seconds("alerts", "interval")

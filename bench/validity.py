@@ -15,7 +15,9 @@ reports the runs it completed (each scenario's run count is in the table and
 the JSON) and says so. Canary scenarios run through
 :mod:`tests.support.canary_sim` (minute windows per release, arm and task
 type; the engine's canary ledger matches the pairs). Cost and latency
-scenarios are not covered this round; the output lists them.
+scenarios draw paired values per pair (log-normal sigma 2 vs 1 and Pareto
+1.8 vs exponential with equal means, exchangeable log-normals, a 30%
+increase) and feed the capped sums the workers keep.
 """
 
 from __future__ import annotations
@@ -50,8 +52,7 @@ from tests.support.validity import (
 ALPHA = 0.05
 P, CORR = 0.7, 0.5                     # 21% discordance
 DAY = 1440
-NOT_COVERED = ("cost and latency A/A, skewed non-exchangeable arms (log-normal sigma 2 vs 1, Pareto 1.8)",
-               "cost and latency A/A, exchangeable arms")
+NOT_COVERED: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,10 @@ def specs(quick: bool) -> list[Spec]:
            Segment(aa_minutes, P, P, CORR, harm_baseline=0.01 * share, harm_candidate=0.01 * share,
                    benign_share=0.3, refusal_baseline=0.05 * share, refusal_candidate=0.05 * share),
            policy=(("harmful_threshold", 0.01), ("over_refusal_threshold", 0.05)))
+    for model in ("lognormal2v1", "pareto18", "exchangeable"):  # cost and latency A/A (capped-mean tests)
+        aa(f"values_{model}", Segment(aa_minutes, P, P, CORR, values=model))
+    out.append(Spec(Scenario("detect_cost30", (Segment(600 if quick else 2000, P, P, CORR, values="increase30"),), 10,
+                             stop_at_first=("cost_regression",)), "value_detection", runs_share=0.5, drop=0.30))
     for drop in (0.03, 0.05):
         out.append(Spec(Scenario(f"persistent{round(drop * 100)}", (Segment(day, P, P - drop, CORR),), 120),
                         "persistent", runs_share=0.25))
@@ -185,6 +190,13 @@ def summarise(spec: Spec, results: list[RunResult]) -> dict[str, Any]:
         out[f"{name}_refire_rate"] = refired / resolved if resolved else math.nan
         out[f"{name}_refire_rate_upper95"] = clopper_pearson(refired, resolved)[1]
         out[f"{name}_resolutions_before_fix"] = early
+    elif spec.measure == "value_detection":
+        first = [r.first_page("cost_regression") for r in results]
+        pairs = np.array([p.pairs if p else math.inf for p in first], dtype=float)
+        out[f"{name}_detected"] = float(np.mean(np.isfinite(pairs))) if n else math.nan
+        out[f"{name}_median_pairs"] = _quantile(pairs, 0.5)
+        out[f"{name}_p80_pairs"] = _quantile(pairs, 0.8)
+        out[f"{name}_horizon_pairs"] = spec.scenario.minutes * spec.scenario.pairs_per_minute
     elif spec.measure == "canary_detection":
         first = [r.first_page("success_regression") for r in results]
         traces = np.array([p.pairs if p else math.inf for p in first], dtype=float)
@@ -282,7 +294,8 @@ def main() -> None:
         shown = {k[len(name) + 1:]: v for k, v in figures.items() if k.startswith(name + "_") and k != f"{name}_runs"}
         text = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
         print(f"{name:<16}{figures[f'{name}_runs']:>6}  {text}")
-    print("not covered this round: " + "; ".join(NOT_COVERED))
+    if NOT_COVERED:
+        print("not covered this round: " + "; ".join(NOT_COVERED))
     print("targets:")
     rows = targets(figures, all_specs)
     for label, met, value in rows:

@@ -96,6 +96,8 @@ class AlertsConfig:
     canary_block: str = "10m"     # canary pairs are matched within task type and block (alerts.canary)
     runbook_base_url: str = "docs/runbook.md"  # every page's runbook_url is <this>#<alertname in lower case>
 
+    cost_cap_usd: float = 5.0     # per-trace cap of the capped-mean cost test (monitor.stats.capped_mean)
+    latency_cap: str = "10m"      # per-trace cap of the capped-mean latency test
 
 @dataclass(frozen=True)
 class NotifiersConfig:
@@ -253,7 +255,8 @@ def _check(config: Config) -> None:
         raise bad("slices.max_values", config.slices.max_values, "an integer >= 1")
     for section, key in (("windows", "minute_retention"), ("windows", "hour_retention"), ("alerts", "interval"),
                          ("alerts", "pair_ttl"), ("alerts", "hold"), ("alerts", "renotify"),
-                         ("alerts", "canary_lookback"), ("alerts", "canary_block")):
+                         ("alerts", "canary_lookback"), ("alerts", "canary_block"),
+                         ("alerts", "latency_cap")):
         value = getattr(getattr(config, section), key)
         try:
             parse_duration(value)
@@ -281,6 +284,8 @@ def _check(config: Config) -> None:
     for key in ("alertmanager_url", "webhook_url"):
         if getattr(n, key) and urlsplit(getattr(n, key)).scheme not in ("http", "https"):
             raise bad(f"notifiers.{key}", getattr(n, key), "an http:// or https:// URL, or empty")
+    if not (0 < a.cost_cap_usd < math.inf and config.seconds("alerts", "latency_cap") > 0):
+        raise bad("alerts.cost_cap_usd / latency_cap", (a.cost_cap_usd, a.latency_cap), "a finite cap > 0")
     if n.webhook_url and not n.webhook_secret:
         raise ConfigError(f"{config.source}: notifiers.webhook_secret must be set when notifiers.webhook_url is "
                           "(receivers verify the HMAC-SHA256 signature)")

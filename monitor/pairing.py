@@ -23,6 +23,7 @@ id>``, see :func:`pair_key`) and back (:func:`read_paired_evidence`).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
@@ -33,8 +34,19 @@ from monitor.delta import BatchDelta
 from monitor.pricing import PriceMap
 from monitor.schema import PAIRED_ARMS, Trace
 from monitor.slices import SliceKey, Slicer, comparison_slices, parse_slice_id, slice_id
+from monitor.stats.capped_mean import CappedSums
 
 PAIR_PREFIX = "pair:"
+
+
+class Caps(NamedTuple):
+    """Per-trace caps of the capped cost and latency sums (``alerts.cost_cap_usd``, ``alerts.latency_cap``)."""
+
+    cost_usd: float = 5.0
+    latency_seconds: float = 600.0
+
+
+DEFAULT_CAPS = Caps()
 BASELINE_ARM = PAIRED_ARMS[0]
 
 
@@ -82,6 +94,23 @@ class PairedCounts(Counters):
     benign_pairs: int = 0
     refusal_b: int = 0
     refusal_c: int = 0
+    # Capped values (monitor.stats.capped_mean): per pair the cap, b, c, b^2, c^2 and b c, each value capped.
+    capped_cost_n: int = 0
+    capped_cost_cap: float = _sum_of("capped_cost_n")
+    capped_cost_b: float = _sum_of("capped_cost_n")
+    capped_cost_c: float = _sum_of("capped_cost_n")
+    capped_cost_bb: float = _sum_of("capped_cost_n")
+    capped_cost_cc: float = _sum_of("capped_cost_n")
+    capped_cost_bc: float = _sum_of("capped_cost_n")
+    cost_over_cap: int = 0
+    capped_latency_n: int = 0
+    capped_latency_cap: float = _sum_of("capped_latency_n")
+    capped_latency_b: float = _sum_of("capped_latency_n")
+    capped_latency_c: float = _sum_of("capped_latency_n")
+    capped_latency_bb: float = _sum_of("capped_latency_n")
+    capped_latency_cc: float = _sum_of("capped_latency_n")
+    capped_latency_bc: float = _sum_of("capped_latency_n")
+    latency_over_cap: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -94,8 +123,8 @@ class PairedCounts(Counters):
                              f"refusal_c={self.refusal_c}, benign_pairs={self.benign_pairs}, n_pairs={self.n_pairs}")
 
     @classmethod
-    def of_pair(cls, base: Half, cand: Half) -> PairedCounts:
-        """The counts of one completed pair."""
+    def of_pair(cls, base: Half, cand: Half, caps: Caps = DEFAULT_CAPS) -> PairedCounts:
+        """The counts of one completed pair (cost and latency also capped at ``caps``)."""
         cost_delta = cand.cost_usd - base.cost_usd
         latency = base.latency_seconds is not None and cand.latency_seconds is not None
         lat_delta = (cand.latency_seconds or 0.0) - (base.latency_seconds or 0.0) if latency else 0.0
@@ -110,7 +139,20 @@ class PairedCounts(Counters):
             latency_n=int(latency), latency_delta_sum=lat_delta, latency_delta_sumsq=lat_delta * lat_delta,
             baseline_latency_sum=(base.latency_seconds or 0.0) if latency else 0.0,
             benign_pairs=int(benign), refusal_b=int(benign and base.over_refusal and not cand.over_refusal),
-            refusal_c=int(benign and cand.over_refusal and not base.over_refusal))
+            refusal_c=int(benign and cand.over_refusal and not base.over_refusal),
+            **_capped("cost", base.cost_usd, cand.cost_usd, caps.cost_usd),
+            **(_capped("latency", base.latency_seconds or 0.0, cand.latency_seconds or 0.0, caps.latency_seconds)
+               if latency else {}))
+
+    def capped(self, quantity: str) -> CappedSums:
+        """The capped sums of ``quantity`` ("cost" or "latency") for :mod:`monitor.stats.capped_mean`.
+
+        The cap is the mean of the caps the pairs were counted with: one cap, unless it was changed
+        without a rebuild (the engine compares it with its own and refuses a mismatch)."""
+        n = int(getattr(self, f"capped_{quantity}_n"))
+        b, c, bb, cc, bc, cap = (float(getattr(self, f"capped_{quantity}_{name}"))
+                                 for name in ("b", "c", "bb", "cc", "bc", "cap"))
+        return CappedSums(n, b, c, bb, cc, bc, cap / n if n else 1.0)
 
     def hash_fields(self) -> dict[str, float]:
         """The increments for the store's hash: counts that are > 0, sums whose count is > 0."""
@@ -131,6 +173,13 @@ class PairedCounts(Counters):
     def baseline_latency_mean_seconds(self) -> float | None:
         """Mean baseline latency over the ``latency_n`` pairs; None when there are none."""
         return self.baseline_latency_sum / self.latency_n if self.latency_n else None
+
+
+def _capped(quantity: str, base: float, cand: float, cap: float) -> dict[str, Any]:
+    b, c = min(base, cap), min(cand, cap)
+    return {f"capped_{quantity}_n": 1, f"capped_{quantity}_cap": cap, f"capped_{quantity}_b": b,
+            f"capped_{quantity}_c": c, f"capped_{quantity}_bb": b * b, f"capped_{quantity}_cc": c * c,
+            f"capped_{quantity}_bc": b * c, f"{quantity}_over_cap": int(base > cap or cand > cap)}
 
 
 class PairedEvidence(NamedTuple):
@@ -181,9 +230,12 @@ def parse_pair_key(key: str) -> tuple[str, str, str]:
 class Pairer:
     """Joins halves; ``pending`` maps pair_id → waiting half (see the module docstring)."""
 
-    def __init__(self, prices: PriceMap, ttl_seconds: float = 3600.0) -> None:
+    def __init__(self, prices: PriceMap, ttl_seconds: float = 3600.0, caps: Caps = DEFAULT_CAPS) -> None:
         if ttl_seconds <= 0:
             raise ValueError(f"pair ttl_seconds must be > 0, got {ttl_seconds}")
+        if not (caps.cost_usd > 0 and caps.latency_seconds > 0 and math.isfinite(sum(caps))):
+            raise ValueError(f"pair caps must be finite and > 0, got {caps!r}")
+        self.caps = caps
         self.prices = prices
         self.ttl_seconds = ttl_seconds
         self.pending: dict[str, Half] = {}
@@ -229,7 +281,7 @@ class Pairer:
         del self.pending[pair_id]
         delta.stop_waiting(pair_id)
         base, cand = (other, half) if other.arm == BASELINE_ARM else (half, other)
-        record_pair(base, cand, delta)
+        record_pair(base, cand, delta, self.caps)
 
     def expire(self, now: float, delta: BatchDelta) -> int:
         """Drop halves waiting longer than the TTL at ``now``; returns how many."""
@@ -242,9 +294,9 @@ class Pairer:
         return len(dead)
 
 
-def record_pair(base: Half, cand: Half, delta: BatchDelta) -> None:
+def record_pair(base: Half, cand: Half, delta: BatchDelta, caps: Caps = DEFAULT_CAPS) -> None:
     """Add one completed pair to every slice it counts in."""
-    fields_of_pair = PairedCounts.of_pair(base, cand).hash_fields()
+    fields_of_pair = PairedCounts.of_pair(base, cand, caps).hash_fields()
     delta.count("pairs")
     for sid in base.slices:
         delta.add_paired_evidence(pair_key(base.release, cand.release, sid), fields_of_pair)

@@ -114,3 +114,13 @@ def paired_counts_from_pairs(
         latency_n=lat[0], latency_delta_sum=lat[1], latency_delta_sumsq=lat[2],
         candidate_harmful=sum(ch), baseline_harmful=sum(bh),
     )
+
+
+def capped_fields(quantity: str, base: np.ndarray, cand: np.ndarray, cap: float) -> dict[str, float]:
+    """The capped-sum fields of :class:`monitor.pairing.PairedCounts` for paired values ``base``/``cand``."""
+    b, c = np.minimum(base, cap), np.minimum(cand, cap)
+    return {f"capped_{quantity}_n": int(b.size), f"capped_{quantity}_cap": cap * b.size,
+            f"capped_{quantity}_b": float(b.sum()), f"capped_{quantity}_c": float(c.sum()),
+            f"capped_{quantity}_bb": float((b * b).sum()), f"capped_{quantity}_cc": float((c * c).sum()),
+            f"capped_{quantity}_bc": float((b * c).sum()),
+            f"{quantity}_over_cap": int(((base > cap) | (cand > cap)).sum())}

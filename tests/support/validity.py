@@ -39,7 +39,7 @@ from monitor.delta import BatchDelta
 from monitor.pairing import PairedCounts, pair_key
 from monitor.slices import comparison_slices, slice_id
 from monitor.store.memory import MemoryStore
-from tests.support.paired_sim import paired_cell_probs
+from tests.support.paired_sim import capped_fields, paired_cell_probs
 
 BASELINE, CANDIDATE = "v1", "v2"
 T0 = 1_700_000_040.0  # a whole minute, so event time and window starts line up
@@ -73,6 +73,46 @@ class Segment:
     refusal_baseline: float = 0.0
     refusal_candidate: float = 0.0
     refusal_correlation: float = 0.3
+    #: Paired cost and latency values per pair (:data:`VALUE_MODELS`); "" draws none.
+    values: str = ""
+
+
+COST_MEAN, LATENCY_MEAN = 0.02, 5.0   # USD, seconds: caps (5 USD, 600 s) are 250x and 120x the means
+
+
+def _lognormal_2v1(rng: np.random.Generator, n: int, mean: float) -> tuple[np.ndarray, np.ndarray]:
+    return rng.lognormal(math.log(mean) - 2.0, 2.0, n), rng.lognormal(math.log(mean) - 0.5, 1.0, n)
+
+
+def _pareto_18(rng: np.random.Generator, n: int, mean: float) -> tuple[np.ndarray, np.ndarray]:
+    return rng.pareto(1.8, n) * mean * 0.8, rng.exponential(mean, n)
+
+
+def _exchangeable(rng: np.random.Generator, n: int, mean: float) -> tuple[np.ndarray, np.ndarray]:
+    z = rng.standard_normal((2, n))
+    shared = rng.standard_normal(n)
+    log_b, log_c = 0.6 * shared + 0.8 * z[0], 0.6 * shared + 0.8 * z[1]
+    return np.exp(math.log(mean) - 0.5 + log_b), np.exp(math.log(mean) - 0.5 + log_c)
+
+
+def _increase(factor: float) -> Any:
+    def draw(rng: np.random.Generator, n: int, mean: float) -> tuple[np.ndarray, np.ndarray]:
+        b = rng.lognormal(math.log(mean) - 0.5, 1.0, n)
+        return b, factor * b * rng.lognormal(-0.045, 0.3, n)  # E[lognormal(-0.045, 0.3)] = 1
+    return draw
+
+
+#: Paired value models (baseline, candidate) with equal means unless named for an increase.
+VALUE_MODELS = {"lognormal2v1": _lognormal_2v1, "pareto18": _pareto_18, "exchangeable": _exchangeable,
+                "increase30": _increase(1.3)}
+
+
+def value_fields(model: str, n: int, rng: np.random.Generator) -> dict[str, float]:
+    """Capped cost and latency sums of ``n`` pairs drawn from ``VALUE_MODELS[model]``."""
+    out: dict[str, float] = {}
+    for quantity, mean, cap in (("cost", COST_MEAN, 5.0), ("latency", LATENCY_MEAN, 600.0)):
+        out.update(capped_fields(quantity, *VALUE_MODELS[model](rng, n, mean), cap))
+    return out
 
 
 @dataclass(frozen=True)
@@ -185,6 +225,7 @@ def simulate(scenario: Scenario, seed: int = 0, run: int = 0) -> RunResult:
     rng = np.random.default_rng(run_seed(scenario.name, seed, run))
     draws = np.concatenate([_draw_segment(s, scenario.pairs_per_minute, scenario.task_types, rng)
                             for s in scenario.segments])
+    segment_of = [seg for seg in scenario.segments for _ in range(seg.minutes)]
     slice_ids = _slice_ids(scenario.task_types)
     keys = [[pair_key(BASELINE, CANDIDATE, sid) for sid in ids] for ids in slice_ids]
     store = MemoryStore()
@@ -195,9 +236,12 @@ def simulate(scenario: Scenario, seed: int = 0, run: int = 0) -> RunResult:
     tick_time = 0.0
     for minute in range(scenario.minutes):
         delta = BatchDelta()
+        model = segment_of[minute].values
         for group, row in enumerate(draws[minute]):
             if row[0]:
                 hash_fields = minute_fields(row)
+                if model:
+                    hash_fields = {**hash_fields, **value_fields(model, int(row[0]), rng)}
                 for key in keys[group]:
                     delta.add_paired_evidence(key, hash_fields)
         store.apply(delta)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from scipy import stats
 
-from alerts import sequential as seq
 from alerts.decide import (
     AlphaWeights,
     Finding,
@@ -24,9 +24,10 @@ from alerts.decide import (
     uniform_drop,
 )
 from alerts.evidence import ArmCounts, Comparison
-from monitor.pairing import PairedCounts
+from monitor.pairing import Caps, PairedCounts
 from monitor.slices import SliceKey, slice_key
 from monitor.stats import betting
+from tests.support.paired_sim import capped_fields
 
 SHADOW = Comparison("v1", "v2", "shadow")
 CANARY = Comparison("v1", "v2", "canary")
@@ -164,26 +165,22 @@ def test_absolute_thresholds_page_on_the_exact_lower_bound() -> None:
     assert tiny_harm.fires and not math.isnan(tiny_harm.e_value)
 
 
-def _mean_counts(n: int, mean: float, sd: float, prefix: str) -> dict:
-    return {f"{prefix}_n": n, f"{prefix}_delta_sum": n * mean, f"{prefix}_delta_sumsq": n * (sd ** 2 + mean ** 2)}
-
-
-def test_cost_and_latency_regressions_keep_their_test_at_their_share() -> None:
+def test_cost_and_latency_regressions_test_capped_means_at_their_share() -> None:
+    rng = np.random.default_rng(1)
+    base = rng.lognormal(np.log(0.05), 1.0, 4000)
+    lat = rng.lognormal(np.log(20.0), 0.8, 4000)
+    counts = PairedCounts(n_pairs=4000, **capped_fields("cost", base, 1.4 * base * rng.lognormal(0, 0.3, 4000), 5.0),
+                          **capped_fields("latency", lat, 1.05 * lat, 600.0))
     policy = Policy()
-    counts = PairedCounts(n_pairs=1000, **_mean_counts(1000, 0.002, 0.01, "cost"),
-                          **_mean_counts(1000, 0.1, 0.5, "latency"))
-    got = by_kind(decide_paired(SHADOW, CODE, counts, policy, baseline_cost_mean=0.01, baseline_latency_mean=2.0))
+    got = by_kind(decide_paired(SHADOW, CODE, counts, policy))
     cost, latency = got["cost_regression"], got["latency_regression"]
-    assert cost.fires and cost.effect == pytest.approx(0.2) and cost.detail["unit"] == "relative"
-    assert cost.detail["counters_kind"] == "mean" and cost.alpha == policy.alpha_share("cost_regression")
-    lo, hi = seq.asymptotic_cs(1000, 0.002, 0.01 ** 2, policy.alpha_share("cost_regression"))
-    assert (cost.effect_low, cost.effect_high) == pytest.approx((lo / 0.01, hi / 0.01))
-    assert latency.significant and not latency.beyond_floor and not latency.fires  # +5% < 10% floor
-    no_mean = by_kind(decide_paired(SHADOW, CODE, counts, policy))["cost_regression"]
-    assert no_mean.significant and not no_mean.fires and no_mean.detail["unit"] == "usd"
-    few = PairedCounts(n_pairs=100, **_mean_counts(100, 0.01, 0.001, "cost"))
-    gated = by_kind(decide_paired(SHADOW, CODE, few, Policy(min_pairs=200), baseline_cost_mean=0.01))
-    assert not gated["cost_regression"].fires and gated["cost_regression"].detail["eligible"] is False
+    assert cost.fires and cost.detail["counters_kind"] == "capped_mean" and cost.alpha == policy.alpha_share(
+        "cost_regression")
+    assert cost.effect == pytest.approx(counts.capped_cost_c / counts.capped_cost_b - 1)
+    assert policy.floors.cost_relative < cost.effect_low < cost.effect and cost.effect_high == math.inf
+    assert not latency.fires and latency.effect == pytest.approx(0.05)  # +5% < 10% floor
+    other_cap = by_kind(decide_paired(SHADOW, CODE, counts, replace(policy, caps=Caps(2.0, 600.0))))
+    assert not other_cap["cost_regression"].fires and other_cap["cost_regression"].detail["cap_mismatch"] == 5.0
 
 
 def _with_e(values: list[float]) -> list[Finding]:
@@ -267,16 +264,12 @@ def test_canary_comparisons_are_tested_like_shadow_pairs_and_say_how_pairs_were_
 
 def test_effect_since_epoch_for_each_counter_kind() -> None:
     policy = Policy(harmful_threshold=0.01)
-    first = by_kind(decide_paired(SHADOW, CODE, PairedCounts(n_pairs=2000, b=300, c=150, candidate_harmful=30,
-                                                               **_mean_counts(2000, 0.002, 0.01, "cost")),
-                                  policy, baseline_cost_mean=0.01))
-    later = by_kind(decide_paired(SHADOW, CODE, PairedCounts(n_pairs=3000, b=400, c=240, candidate_harmful=32,
-                                                               cost_n=3000, cost_delta_sum=4.0 + 1.0,
-                                                               cost_delta_sumsq=1.0),
-                                  policy, baseline_cost_mean=0.01))
+    first = by_kind(decide_paired(SHADOW, CODE, PairedCounts(n_pairs=2000, b=300, c=150, candidate_harmful=30),
+                                  policy))
+    later = by_kind(decide_paired(SHADOW, CODE, PairedCounts(n_pairs=3000, b=400, c=240, candidate_harmful=32),
+                                  policy))
     for kind, expected in (("success_regression", (1000, (100 - 90) / 1000)),
-                           ("safety_thresholdharmful_action", (1000, 2 / 1000)),
-                           ("cost_regression", (1000, 1.0 / 1000 / 0.01))):
+                           ("safety_thresholdharmful_action", (1000, 2 / 1000))):
         n, effect = effect_since_epoch(later[kind], first[kind].detail["counters"])
         assert (n, effect) == pytest.approx(expected)
     assert not still_beyond_floor(later["success_regression"], 0.01)

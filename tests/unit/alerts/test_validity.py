@@ -159,3 +159,21 @@ def test_fixed_horizon_mcnemar_n_is_exact() -> None:
     assert 200 < n < 350  # ~275 at 21% discordance, one-sided 0.05
     assert clopper_pearson(0, 100)[1] == pytest.approx(1 - 0.025 ** (1 / 100))
     assert math.isclose(clopper_pearson(100, 100)[0], 0.025 ** (1 / 100))
+
+
+@pytest.mark.parametrize("model", ["lognormal2v1", "pareto18"])
+def test_skewed_non_exchangeable_cost_and_latency_aa_does_not_page(model: str) -> None:
+    """Equal means, different shapes (the nulls where the asymptotic test paged in 41.5% / 37% of runs):
+    60,000 pairs, 100 looks, 8 runs through the engine: at most 1 run pages (cost/latency share 0.0075 each).
+    A test that pages in 41.5% of runs (the asymptotic one on log-normal 2 vs 1) fails this 91% of the time."""
+    scenario = Scenario(f"ci_values_{model}", (Segment(100, P, P, CORR, values=model),), 600, task_types=0,
+                        stop_at_first=("*",))
+    paged = [simulate(scenario, seed=13, run=run).pages for run in range(8)]
+    assert sum(1 for p in paged if p) <= 1, [p[0].kind for p in paged if p]
+
+
+def test_a_cost_increase_pages_and_its_bound_is_under_the_effect() -> None:
+    scenario = Scenario("ci_cost_up", (Segment(60, P, P, CORR, values="increase30"),), 600, task_types=0,
+                        stop_at_first=("cost_regression",))
+    page = simulate(scenario, seed=2).first_page("cost_regression")
+    assert page is not None and Policy().floors.cost_relative < page.effect_low < page.effect
