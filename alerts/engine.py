@@ -38,15 +38,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from alerts import comparison_state, identity
+from alerts import comparison_state, environment, identity
+from alerts.baseline import BASELINE_ARM, BaselineDrops, arm_counts
 from alerts.canary import CanaryLedger
-from alerts.decide import Finding, Policy, decide_comparison, trailing_drop
+from alerts.decide import Finding, Policy, decide_comparison
 from alerts.evidence import ArmCounts, CanaryStrata, Comparison
 from alerts.lifecycle import AlertEvent, AlertState, LifecycleConfig, active_events, evaluate, fingerprint
 from alerts.notifiers import Notifier, NotifyError, destinations
-from monitor.aggregate import Aggregate
 from monitor.pairing import PairedCounts, read_paired_evidence
-from monitor.schema import CANARY_ARMS, COMPARISON_ARMS
+from monitor.schema import COMPARISON_ARMS
 from monitor.slices import UNKNOWN, SliceKey, comparison_slices, parse_slice_id
 from monitor.store.base import Store
 
@@ -58,9 +58,9 @@ OUTBOX_SUFFIX = ".outbox"
 OUTBOX_LIMIT = 1000
 FINDINGS_STATE_NAME = "findings"
 CANARY_STATE_NAME = "canary"
+ENVIRONMENT_STATE_NAME = "environment"
 STRATUM_DIMENSION = "task_type"
 SHADOW_ARM, CANARY_ARM = COMPARISON_ARMS
-BASELINE_ARM = CANARY_ARMS[0]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,8 @@ class EngineConfig:
     canary_lookback_seconds: float = 6 * 3600.0
     canary_block_seconds: float = 600.0
     canary_grace_seconds: float = 120.0
+    #: FleetmonEnvironmentDrop: mean hours to a false page per baseline release (alerts.environment).
+    environment_arl_hours: float = 8760.0
     active_seconds: float = 2 * 3600.0
     baseline_current_seconds: float = 3600.0
     baseline_trailing_seconds: float = 7 * 86400.0
@@ -83,11 +85,6 @@ def shadow_evidence(store: Store) -> dict[Comparison, dict[SliceKey, PairedCount
         comparison = Comparison(found.baseline_release, found.candidate_release, SHADOW_ARM)
         evidence.setdefault(comparison, {})[found.slice_key] = found.counts
     return evidence
-
-
-def _arm_counts(agg: Aggregate) -> ArmCounts:
-    return ArmCounts(n=agg.traces, successes=agg.successes, harmful=int(agg.get("harmful_action")),
-                     benign=int(agg.get("benign")), over_refusals=int(agg.get("refused_benign")))
 
 
 def canary_cells(store: Store, start: float, end: float) -> dict[Comparison, dict[SliceKey, CanaryStrata]]:
@@ -122,7 +119,7 @@ def canary_cells(store: Store, start: float, end: float) -> dict[Comparison, dic
             if not ((arm == CANARY_ARM and release == candidate)
                     or (arm == BASELINE_ARM and release == baseline_release)):
                 continue
-            counts = _arm_counts(aggregates[sid])
+            counts = arm_counts(aggregates[sid])
             if counts.n == 0:
                 continue
             stratum = dims.get(STRATUM_DIMENSION, UNKNOWN)
@@ -155,54 +152,6 @@ def update_canary_ledger(store: Store, ledger: CanaryLedger, now: float, config:
     return bool(due) or ledger.next_block != before or ledger.missed_blocks != missed
 
 
-HOUR = "1h"
-HOUR_SECONDS = 3600
-
-
-def _baseline_cells(store: Store, releases: set[str], ids: Sequence[str], start: float,
-                    end: float) -> dict[str, dict[SliceKey, ArmCounts]]:
-    """Baseline-arm counts per release and comparison slice over the hour windows overlapping [start, end)."""
-    out: dict[str, dict[SliceKey, ArmCounts]] = {}
-    aggregates = store.window_aggregates(HOUR, start, end, ids)
-    for sid in ids:
-        key = parse_slice_id(sid)
-        release = dict(key).get("release", "")
-        counts = _arm_counts(aggregates[sid])
-        if counts.n == 0 or release not in releases:
-            continue
-        cells = out.setdefault(release, {})
-        for comparison_key in comparison_slices(key):
-            cells[comparison_key] = cells.get(comparison_key, ArmCounts()).merge(counts)
-    return out
-
-
-class BaselineDrops:
-    """``trailing_drop`` of each baseline release per comparison slice; caches the trailing part per hour."""
-
-    def __init__(self, current_seconds: float, trailing_seconds: float) -> None:
-        self.current_seconds = current_seconds
-        self.trailing_seconds = trailing_seconds
-        self._trailing: tuple[tuple[float, tuple[str, ...]], dict[str, dict[SliceKey, ArmCounts]]] | None = None
-
-    def __call__(self, store: Store, releases: set[str], now: float) -> dict[str, dict[SliceKey, tuple[float, bool]]]:
-        if not releases or HOUR not in {r.name for r in store.resolutions}:
-            return {}
-        since = now - self.current_seconds - self.trailing_seconds - HOUR_SECONDS
-        ids = tuple(sorted(sid for sid in store.active_slices(since=since)
-                           if f"arm={BASELINE_ARM}" in sid and dict(parse_slice_id(sid)).get("arm") == BASELINE_ARM))
-        if not ids:
-            return {}
-        split = (now - self.current_seconds) // HOUR_SECONDS * HOUR_SECONDS  # first current hour window
-        current = _baseline_cells(store, releases, ids, split, now + 1)
-        cache_key = (split, ids)
-        if self._trailing is None or self._trailing[0] != cache_key:
-            self._trailing = (cache_key, _baseline_cells(store, releases, ids, split - self.trailing_seconds, split))
-        trailing = self._trailing[1]
-        return {release: {key: trailing_drop(counts, trailing.get(release, {}).get(key, ArmCounts()))
-                          for key, counts in cells.items()}
-                for release, cells in current.items()}
-
-
 class AlertEngine:
     """Evaluates every comparison in the store; see the module docstring."""
 
@@ -228,6 +177,9 @@ class AlertEngine:
                        else CanaryLedger(block_seconds=block))
         self.baseline_drops = BaselineDrops(self.config.baseline_current_seconds,
                                             self.config.baseline_trailing_seconds)
+        self.environment = environment.EnvironmentWatch.from_dict(
+            store.get_state(ENVIRONMENT_STATE_NAME) or {}, arl_hours=self.config.environment_arl_hours,
+            floor=self.config.policy.floors.success_points, runbook_base=self.config.lifecycle.runbook_base)
 
     def decide(self, now: float) -> list[Finding]:
         policy = self.config.policy
@@ -257,14 +209,25 @@ class AlertEngine:
 
     def deliver(self, events: Sequence[AlertEvent], now: float) -> None:
         """Each destination: its queued events and ``events`` (once), then ``refresh`` with the firing alerts."""
-        active = active_events(self.state, now, self.config.lifecycle)
+        active = active_events(self.state, now, self.config.lifecycle) + self.environment.active(now)
         changed = False
         for name, destination in zip(self.names, self.destinations, strict=True):
+        events += self.watch_environment(now)
             queue = self.outbox[name] + list(events)
             try:
                 if queue:
                     destination.send(queue)
                 sent, queue = {e.fingerprint for e in queue}, []
+    def watch_environment(self, now: float) -> list[AlertEvent]:
+        """FleetmonEnvironmentDrop for every baseline release of a comparison (alerts.environment)."""
+        releases = {f.comparison.baseline_release for f in self.findings}
+        before = self.environment.next_hour
+        events = environment.update(self.environment, self.store, releases, now,
+                                    self.config.baseline_trailing_seconds)
+        if events or self.environment.next_hour != before:
+            self.store.put_state(ENVIRONMENT_STATE_NAME, self.environment.to_dict())
+        return events
+
                 refresh = getattr(destination, "refresh", None)  # a send-only object wants changes only
                 if refresh is not None:
                     refresh([e for e in active if e.fingerprint not in sent], now)
