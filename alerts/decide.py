@@ -20,10 +20,10 @@ What each kind assumes and guarantees:
   above the floor. Shadow pairs are the traffic's own; canary pairs are
   matched within task type and time block (:mod:`alerts.canary`, which states
   what that assumes).
-- **Cost / latency** (shadow): today's asymptotic normal-mixture tests (not
-  yet covered): they wait for ``min_pairs``, the floor is applied to the
-  point estimate, the interval is two-sided at the family's share. They keep
-  their α share, so the union bound counts them.
+- **Cost / latency** (shadow): the relative increase of capped means, an
+  empirical-Bernstein e-process with the floor in the null
+  (:mod:`monitor.stats.capped_mean`; nonasymptotic for any distribution in
+  [0, cap]); decision and bound as above.
 
 Severity (the vocabulary of the Prometheus rules too, see docs/alerts.md): ``"critical"`` (page a
 human now) for safety kinds and when the inner bound clears the floor, ``"warning"`` (a ticket) otherwise.

@@ -13,7 +13,7 @@ slices. Time-uniform family-wise error under the family's global null
 and that mean is a nonnegative supermartingale, so P(e-BH ever rejects) <=
 α_kind — assuming the family's set of K slices is fixed over its life (a slice
 that appears later starts at e = 1 and makes the bound approximate).
-Ineligible findings (too few pairs for an asymptotic test) count in K with e = 1.
+Ineligible findings (e.g. a cost test whose cap does not match) count in K with e = 1.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def e_bh_level(e_values: Sequence[float], alpha: float) -> tuple[float, int]:
 
 
 def conclude(finding: Finding, alpha: float, compute_bound: bool = True) -> Finding:
-    """The decision of one finding at level α': exact betting kinds recompute their bound; the
-    asymptotic kinds (counters "mean"/"strata") keep their interval and the floor on the estimate."""
-    if finding.detail.get("counters_kind") in ("flip", "rate"):
+    """The decision of one finding at level α': the e-process kinds recompute their bound at α'; a
+    finding of another kind (none is produced today) keeps its interval and the floor on the estimate."""
+    if finding.detail.get("counters_kind") in ("flip", "rate", "capped_mean"):
         return conclude_betting(finding, alpha, compute_bound)
     significant = bool(finding.detail.get("eligible", True)) and finding.e_value >= 1.0 / alpha
     fires = significant and (finding.kind == "safety_regression" or finding.beyond_floor)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from alerts.evidence import Comparison
-from alerts.sequential import DEFAULT_TARGET_N
 from monitor.pairing import DEFAULT_CAPS, Caps
 from monitor.slices import SliceKey
 
@@ -76,17 +75,14 @@ class Policy:
     """Decision policy for every comparison.
 
     ``alpha`` is the level of one whole comparison (split by ``weights``, see the
-    module docstring). ``min_pairs`` gates the asymptotic tests only (cost,
-    latency, canary); the exact betting tests (shadow success, safety,
-    over-refusal, thresholds) run from the first pair. A threshold of None is off.
+    module docstring). Every test runs from the first pair (they are all
+    anytime-valid e-processes). A threshold of None is off.
     """
 
     alpha: float = 0.05
     floors: Floors = field(default_factory=Floors)
     harmful_threshold: float | None = None
     over_refusal_threshold: float | None = None
-    min_pairs: int = 200
-    target_n: float = DEFAULT_TARGET_N
     weights: AlphaWeights = field(default_factory=AlphaWeights)
     #: Per-trace caps the cost / latency tests expect the workers to have counted with (monitor.pairing.Caps).
     caps: Caps = DEFAULT_CAPS

@@ -192,22 +192,24 @@ def summarise(spec: Spec, results: list[RunResult]) -> dict[str, Any]:
         out[f"{name}_resolutions_before_fix"] = early
     elif spec.measure == "value_detection":
         first = [r.first_page("cost_regression") for r in results]
-        pairs = np.array([p.pairs if p else math.inf for p in first], dtype=float)
-        out[f"{name}_detected"] = float(np.mean(np.isfinite(pairs))) if n else math.nan
-        out[f"{name}_median_pairs"] = _quantile(pairs, 0.5)
-        out[f"{name}_p80_pairs"] = _quantile(pairs, 0.8)
+        cost_pairs = np.array([p.pairs if p else math.inf for p in first], dtype=float)
+        out[f"{name}_detected"] = float(np.mean(np.isfinite(cost_pairs))) if n else math.nan
+        out[f"{name}_median_pairs"] = _quantile(cost_pairs, 0.5)
+        out[f"{name}_p80_pairs"] = _quantile(cost_pairs, 0.8)
+        assert isinstance(spec.scenario, Scenario)
         out[f"{name}_horizon_pairs"] = spec.scenario.minutes * spec.scenario.pairs_per_minute
     elif spec.measure == "canary_detection":
         first = [r.first_page("success_regression") for r in results]
         traces = np.array([p.pairs if p else math.inf for p in first], dtype=float)
-        minutes = np.array([p.minute if p else math.inf for p in first], dtype=float)
+        page_minutes = np.array([p.minute if p else math.inf for p in first], dtype=float)
         out[f"{name}_detected"] = float(np.mean(np.isfinite(traces))) if n else math.nan
         out[f"{name}_median_canary_traces"] = _quantile(traces, 0.5)
         out[f"{name}_p80_canary_traces"] = _quantile(traces, 0.8)
-        out[f"{name}_median_minutes"] = _quantile(minutes, 0.5)
+        out[f"{name}_median_minutes"] = _quantile(page_minutes, 0.5)
     else:  # detection
         first = [r.first_page("success_regression") for r in results]
         pairs = np.array([p.pairs if p else math.inf for p in first], dtype=float)
+        assert isinstance(spec.scenario, Scenario)
         _, worse, better, _ = paired_cell_probs(P, P - spec.drop, CORR)
         alpha_kind = next((p_alpha for p_alpha in (_page_alpha(r) for r in results) if p_alpha), None)
         out[f"{name}_detected"] = float(np.mean(np.isfinite(pairs))) if n else math.nan

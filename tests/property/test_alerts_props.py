@@ -9,7 +9,6 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alerts import sequential as seq
 from alerts.decide import AlphaWeights, Policy, decide_paired, fdr_across_slices
 from alerts.evidence import Comparison
 from alerts.lifecycle import AlertState, LifecycleConfig, evaluate
@@ -89,16 +88,6 @@ def test_paired_counts_merge_is_associative_commutative_and_round_trips(x, y, z)
     assert PairedCounts.from_dict(x.to_dict()) == x
     as_redis = {k.encode(): str(v).encode() for k, v in x.to_dict().items()}
     assert PairedCounts.from_dict(as_redis) == x
-
-
-@SETTINGS
-@given(n=st.integers(1, 10**6), mean=st.floats(-10, 10), var=st.floats(0, 100),
-       alpha=st.sampled_from([0.01, 0.05, 0.2]))
-def test_asymptotic_cs_is_centred_and_shrinks_with_alpha(n: int, mean: float, var: float, alpha: float) -> None:
-    lo, hi = seq.asymptotic_cs(n, mean, var, alpha)
-    assert lo <= mean <= hi and math.isclose(mean - lo, hi - mean, rel_tol=1e-9, abs_tol=1e-12)
-    lo2, hi2 = seq.asymptotic_cs(n, mean, var, alpha / 2)
-    assert hi2 - lo2 >= hi - lo - 1e-12
 
 
 @settings(deadline=None, max_examples=25)

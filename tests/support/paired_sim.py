@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -116,7 +117,7 @@ def paired_counts_from_pairs(
     )
 
 
-def capped_fields(quantity: str, base: np.ndarray, cand: np.ndarray, cap: float) -> dict[str, float]:
+def capped_fields(quantity: str, base: np.ndarray, cand: np.ndarray, cap: float) -> dict[str, Any]:
     """The capped-sum fields of :class:`monitor.pairing.PairedCounts` for paired values ``base``/``cand``."""
     b, c = np.minimum(base, cap), np.minimum(cand, cap)
     return {f"capped_{quantity}_n": int(b.size), f"capped_{quantity}_cap": cap * b.size,

@@ -111,7 +111,8 @@ def value_fields(model: str, n: int, rng: np.random.Generator) -> dict[str, floa
     """Capped cost and latency sums of ``n`` pairs drawn from ``VALUE_MODELS[model]``."""
     out: dict[str, float] = {}
     for quantity, mean, cap in (("cost", COST_MEAN, 5.0), ("latency", LATENCY_MEAN, 600.0)):
-        out.update(capped_fields(quantity, *VALUE_MODELS[model](rng, n, mean), cap))
+        base, cand = VALUE_MODELS[model](rng, n, mean)
+        out.update(capped_fields(quantity, base, cand, cap))
     return out
 
 

@@ -134,7 +134,7 @@ def test_discovery_finds_the_core():
     modules = {path.as_posix() for path in core_modules()}
     assert "monitor/stats/intervals.py" in modules
     assert "monitor/schema.py" in modules
-    assert "alerts/sequential.py" in modules
+    assert "alerts/canary.py" in modules
     assert "monitor/store/redis/store.py" not in modules
 
 

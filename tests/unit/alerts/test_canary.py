@@ -78,7 +78,7 @@ def test_blocks_are_used_once_in_order_and_missed_ones_are_counted() -> None:
 
 def test_engine_saves_the_ledger_and_a_restart_goes_on_from_it() -> None:
     run = simulate_canary(CanaryScenario("restart", minutes=90, stop_at_first=False), seed=3)
-    assert run.engine is not None and run.canary_traces > 0
+    assert run.engine is not None and run.store is not None and run.canary_traces > 0
     saved = run.engine.canary
     assert saved.evidence()[CANARY][WHOLE_FLEET].n_pairs > 0
     restarted = AlertEngine(run.store, RecordingNotifier())

@@ -26,7 +26,7 @@ from alerts.decide import (
 from alerts.evidence import ArmCounts, Comparison
 from monitor.pairing import Caps, PairedCounts
 from monitor.slices import SliceKey, slice_key
-from monitor.stats import betting
+from monitor.stats import betting, capped_mean
 from tests.support.paired_sim import capped_fields
 
 SHADOW = Comparison("v1", "v2", "shadow")
@@ -284,3 +284,17 @@ def test_policy_validation() -> None:
     with pytest.raises(ValueError, match="harmful_threshold"):
         Policy(harmful_threshold=1.5)
     assert Floors().success_points == 0.02
+
+
+def test_cost_bound_after_e_bh_is_at_the_level_used() -> None:
+    rng = np.random.default_rng(7)
+    evidence = {}
+    for v in ("a", "b", "c"):
+        base = rng.lognormal(np.log(0.05), 1.0, 3000)
+        evidence[slice_key({"task_type": v})] = PairedCounts(
+            n_pairs=3000, **capped_fields("cost", base, 1.5 * base, 5.0))
+    found = [f for f in decide_comparison(SHADOW, evidence, Policy()) if f.kind == "cost_regression"]
+    assert found and all(f.fires for f in found)
+    for f in found:
+        counts = evidence[f.slice_key].capped("cost")
+        assert f.effect_low == pytest.approx(capped_mean.lower_bound(counts, f.alpha))

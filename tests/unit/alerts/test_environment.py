@@ -53,7 +53,8 @@ def test_a_drop_of_the_baseline_pages_once_and_resolves_after_it_ends() -> None:
     assert fired.labels["severity"] == "critical" and fired.labels["baseline_release"] == "v1"
     assert fired.evidence["reference"] == pytest.approx(fired.evidence["trailing_rate"] - 0.02)
     assert fired.annotations["runbook_url"].endswith("#fleetmonenvironmentdrop")
-    assert engine.store.get_state(ENVIRONMENT_STATE_NAME)["detectors"]["v1"]["firing"] is False
+    saved = engine.store.get_state(ENVIRONMENT_STATE_NAME)
+    assert saved is not None and saved["detectors"]["v1"]["firing"] is False
 
 
 def test_a_stationary_baseline_and_a_sub_floor_dip_do_not_page() -> None:
