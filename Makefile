@@ -23,8 +23,11 @@ install: $(BIN)/.installed $(BIN)/.native
 run: install
 	$(BIN)/fleetmon run --config fleetmon.toml
 
+# FLEETMON_SERVICES_SECURE=1 adds the SASL_SSL Kafka listener and the TLS Redis that
+# tests/integration/test_secure.py runs on (docs/operating.md "Secure transports"); SERVICES_SECURE=0 leaves them out
+SERVICES_SECURE ?= 1
 services:
-	bash $(SERVICES) start
+	FLEETMON_SERVICES_SECURE=$(SERVICES_SECURE) bash $(SERVICES) start
 
 services-down:
 	bash $(SERVICES) stop

@@ -36,7 +36,8 @@ def engine_config(config: Config) -> EngineConfig:
                                 runbook_base=a.runbook_base_url)
     return EngineConfig(policy=policy, lifecycle=lifecycle,
                         canary_lookback_seconds=config.seconds("alerts", "canary_lookback"),
-                        canary_block_seconds=config.seconds("alerts", "canary_block"))
+                        canary_block_seconds=config.seconds("alerts", "canary_block"),
+                        environment_arl_hours=8760.0 / a.environment_false_pages_per_year)
 
 
 def notifier(config: Config, stdout: TextIO | None = None, to_stdout: bool = True) -> Notifier:

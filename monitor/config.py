@@ -6,9 +6,11 @@ Values from the environment are parsed as the key's type (lists are
 comma-separated). Validation happens at start and names the key, the value
 and what is allowed; unknown keys are errors (a typo must not be ignored).
 
-Secrets (``kafka.sasl_password``, ``kafka.ssl_password``, the password in
-``redis.url``, ``notifiers.webhook_secret``) never appear in ``repr``, logs
-or ``/metrics``: :meth:`Config.redacted` is what may be shown.
+Secrets (``kafka.sasl_password``, ``kafka.ssl_password``, the password and
+secret query values of ``redis.url``, ``notifiers.webhook_secret``, credentials
+and tokens inside ``notifiers.webhook_url`` / ``alertmanager_url``) never appear
+in ``repr``, logs or ``/metrics``: :meth:`Config.redacted` is what may be shown,
+and :func:`load` hands them to :func:`monitor.redact.remember` for the log lines.
 
 ``[worker]`` (``fleetmon worker`` / ``rebuild``) parses its variables as the worker always did: empty is
 ignored, numbers > 0, ``native`` 1/0, true/false, yes/no, on/off. :func:`monitor.worker_settings.worker_settings`
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from monitor.redact import SECRET_KEYS, redact_url
+from monitor.redact import SECRET_KEYS, redact_notifier_url, redact_url, remember, secrets_of_url
 from monitor.slices import DEFAULT_DIMENSIONS
 from monitor.windows import parse_duration
 
@@ -94,15 +96,16 @@ class AlertsConfig:
     rearm_alpha: float = 0.01
     canary_lookback: str = "6h"   # how far back a new canary ledger starts
     canary_block: str = "10m"     # canary pairs are matched within task type and block (alerts.canary)
-    runbook_base_url: str = "docs/runbook.md"  # every page's runbook_url is <this>#<alertname in lower case>
-
     cost_cap_usd: float = 5.0     # per-trace cap of the capped-mean cost test (monitor.stats.capped_mean)
     latency_cap: str = "10m"      # per-trace cap of the capped-mean latency test
+    environment_false_pages_per_year: float = 1.0  # FleetmonEnvironmentDrop's e-detector, per baseline release
+    runbook_base_url: str = "docs/runbook.md"  # every page's runbook_url is <this>#<alertname in lower case>
+
 
 @dataclass(frozen=True)
 class NotifiersConfig:
-    alertmanager_url: str = ""
-    webhook_url: str = ""
+    alertmanager_url: str = field(default="", repr=False)  # may carry credentials: shown redacted
+    webhook_url: str = field(default="", repr=False)
     webhook_secret: str = field(default="", repr=False)
     runbook_base: str = ""  # deprecated alias of alerts.runbook_base_url (used when that one is left unset)
 
@@ -150,6 +153,8 @@ class Config:
                     value = "***"
                 elif section == "redis" and f.name == "url":
                     value = redact_url(value)
+                elif section == "notifiers" and f.name in NOTIFIER_URLS:
+                    value = redact_notifier_url(value)
                 values[f.name] = list(value) if isinstance(value, tuple) else value
             out[section] = values
         return out
@@ -158,6 +163,8 @@ class Config:
         return f"Config(source={self.source!r}, {self.redacted()!r})"
 
 
+#: [notifiers] URLs that may carry a credential (user-info, query or path token): shown redacted
+NOTIFIER_URLS = ("alertmanager_url", "webhook_url")
 SECTIONS = ("kafka", "redis", "slices", "windows", "pricing", "alerts", "notifiers", "exporter", "worker")
 
 
@@ -278,14 +285,17 @@ def _check(config: Config) -> None:
     for key in ("alpha", "false_resolutions_per_day", "rearm_alpha"):
         if not 0 < getattr(a, key) < 1:
             raise bad(f"alerts.{key}", getattr(a, key), "in (0, 1)")
+    if not 0 < a.environment_false_pages_per_year < 8760:
+        raise bad("alerts.environment_false_pages_per_year", a.environment_false_pages_per_year,
+                  "a rate in (0, 8760): false pages a year")
+    if not (0 < a.cost_cap_usd < math.inf and config.seconds("alerts", "latency_cap") > 0):
+        raise bad("alerts.cost_cap_usd / latency_cap", (a.cost_cap_usd, a.latency_cap), "a finite cap > 0")
     if not a.runbook_base_url or "#" in a.runbook_base_url:
         raise bad("alerts.runbook_base_url", a.runbook_base_url, "a URL or path of docs/runbook.md, without '#'")
     n = config.notifiers
     for key in ("alertmanager_url", "webhook_url"):
         if getattr(n, key) and urlsplit(getattr(n, key)).scheme not in ("http", "https"):
-            raise bad(f"notifiers.{key}", getattr(n, key), "an http:// or https:// URL, or empty")
-    if not (0 < a.cost_cap_usd < math.inf and config.seconds("alerts", "latency_cap") > 0):
-        raise bad("alerts.cost_cap_usd / latency_cap", (a.cost_cap_usd, a.latency_cap), "a finite cap > 0")
+            raise bad(f"notifiers.{key}", redact_notifier_url(getattr(n, key)), "an http:// or https:// URL, or empty")
     if n.webhook_url and not n.webhook_secret:
         raise ConfigError(f"{config.source}: notifiers.webhook_secret must be set when notifiers.webhook_url is "
                           "(receivers verify the HMAC-SHA256 signature)")
@@ -341,5 +351,9 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
         config = replace(config, **{section: replace(current, **updates)})
     if config.notifiers.runbook_base and config.alerts.runbook_base_url == AlertsConfig.runbook_base_url:
         config = replace(config, alerts=replace(config.alerts, runbook_base_url=config.notifiers.runbook_base))
+    # every log line of the process masks these values from now on (monitor.redact.install_log_redaction)
+    remember([config.kafka.sasl_password, config.kafka.ssl_password, config.notifiers.webhook_secret,
+              *secrets_of_url(config.redis.url), *secrets_of_url(config.notifiers.webhook_url),
+              *secrets_of_url(config.notifiers.alertmanager_url)])
     _check(config)
     return config

@@ -1,10 +1,12 @@
 """Kafka client options: the one place that turns ``[kafka]`` of the configuration into client keyword arguments.
 
 Every Kafka client of the project (the emitter, the worker's consumer and
-admin, the rebuild, the DLQ producer's Faust app, ``fleetmon simulate
---kafka``, ``fleetmon run --kafka`` and the exporter's consumer lag) is built
-with the options returned here, so security settings (SASL mechanism and
-credentials, TLS files, ``security_protocol``) reach every client or none.
+admin, the rebuild, the DLQ producer's Faust app, the ``fleetmon dlq`` reader,
+``fleetmon simulate --kafka``, ``fleetmon run --kafka`` and the exporter's
+consumer lag) is built with the options returned here, so security settings
+(SASL mechanism and credentials, TLS files, ``security_protocol``) reach every
+client or none. ``tests/integration/test_secure.py`` runs them on a SASL_SSL
+(SCRAM-SHA-512) listener.
 
 Pure: no Kafka library is imported. kafka-python takes TLS file names;
 aiokafka and Faust take an :class:`ssl.SSLContext`, built here with the

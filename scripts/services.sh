@@ -15,7 +15,8 @@
 # (logs/). Every service listens on 127.0.0.1 only. See docs/services.md.
 #
 # Installs happen only when something is missing: Debian packages through
-# apt-get (redis-server, prometheus, prometheus-alertmanager, maven, a JRE),
+# apt-get (redis-server, prometheus, prometheus-alertmanager, maven, a JRE, and
+# chromium for the HTML-report test),
 # Kafka's jars through Maven from Maven Central (services/pom.xml).
 set -euo pipefail
 
@@ -48,6 +49,13 @@ READY_TIMEOUT="${FLEETMON_READY_TIMEOUT:-90}"   # seconds, per component
 STOP_TIMEOUT="${FLEETMON_STOP_TIMEOUT:-30}"     # seconds before SIGKILL
 
 mkdir -p "$LOG_DIR" "$RUN_DIR"
+
+# FLEETMON_SERVICES_SECURE=1: a SASL_SSL Kafka listener and a TLS Redis too
+# shellcheck source=../services/secure.sh
+source "$REPO_DIR/services/secure.sh"
+# `kafka-tool`: the Kafka command-line tools, fetched on first use
+# shellcheck source=../services/tools.sh
+source "$REPO_DIR/services/tools.sh"
 
 # ---------------------------------------------------------------- helpers
 
@@ -195,6 +203,12 @@ ensure_tools() {
   need_cmd setsid util-linux
 }
 
+# Not a service: the headless browser the HTML-report test draws the page in
+# (tests/integration/test_render_browser.py); installed by `start`, with the rest.
+ensure_test_tools() {
+  need_cmd chromium chromium
+}
+
 # Debian packages a component needs (cheap to check, needed before probing a
 # port); Kafka's jars come later, only when this script really starts Kafka.
 ensure_packages() {
@@ -291,6 +305,7 @@ log4j.logger.kafka.request.logger=WARN
 log4j.logger.kafka.network.RequestChannel\$=WARN
 log4j.logger.org.apache.kafka.clients.NetworkClient=WARN
 EOF
+  if secure_on; then secure_kafka_config; fi
   cat >"$KAFKA_DIR/config/tools-log4j.properties" <<'EOF'
 log4j.rootLogger=WARN, stderr
 log4j.appender.stderr=org.apache.log4j.ConsoleAppender
@@ -488,6 +503,7 @@ launch() {
   case "$name" in
     kafka)
       check_port_free kafka-controller "$KAFKA_CONTROLLER_PORT" FLEETMON_KAFKA_CONTROLLER_PORT
+      if secure_on; then check_port_free kafka-controller "$KAFKA_SECURE_PORT" FLEETMON_KAFKA_SECURE_PORT; fi
       ensure_kafka_libs
       write_kafka_config
       ensure_kafka_storage
@@ -620,6 +636,7 @@ cmd_start() {
     [[ "${states[$i]}" == launched ]] && \
       log "$name ready on $(address_of "$name") (pid $(running_pid "$name"), $((SECONDS - t_start[i])) s)"
   done
+  if secure_on; then secure_start "$@"; fi
   log "all requested services up ($((SECONDS - t0)) s); logs in $LOG_DIR"
 }
 
@@ -651,6 +668,7 @@ cmd_stop() {
   # reverse order: Prometheus before what it scrapes/alerts to, Kafka last
   for ((i = $# ; i >= 1 ; i--)); do
     name="${!i}"
+    [[ "$name" == redis ]] && secure_redis_stop
     stop_one "$name"
   done
 }
@@ -666,6 +684,7 @@ cmd_status() {
     else
       printf '%-13s stopped  %-12s %s\n' "$name" "" "$(address_of "$name")"
     fi
+    if [[ "$name" == redis ]]; then secure_status; fi
   done
 }
 
@@ -687,6 +706,7 @@ cmd_reload() {
 usage() {
   cat >&2 <<EOF
 usage: $0 start|stop|status|restart|reload [${ALL_SERVICES[*]}]
+       $0 kafka-tool topics|console-consumer|consumer-groups|configs|get-offsets [tool args...]
 EOF
   exit 2
 }
@@ -695,6 +715,7 @@ main() {
   local cmd="${1:-}"
   [[ -n "$cmd" ]] || usage
   shift
+  if [[ "$cmd" == kafka-tool ]]; then kafka_tool_main "$@"; return; fi
   local -a names=()
   local n a ok
   for n in "$@"; do
@@ -719,7 +740,7 @@ main() {
   exec 9>"$CACHE_DIR/.lock"
   flock -w 600 9 || die "could not take the lock $CACHE_DIR/.lock within 600 s"
   case "$cmd" in
-    start) cmd_start "${names[@]}" ;;
+    start) ensure_test_tools; cmd_start "${names[@]}" ;;
     stop) cmd_stop "${names[@]}" ;;
     restart) cmd_stop "${names[@]}"; cmd_start "${names[@]}" ;;
     reload) cmd_reload "${names[@]}" ;;

@@ -257,6 +257,7 @@ def _drive(args: argparse.Namespace, config: Any, pipeline: Any, stop: threading
         from kafka import KafkaConsumer
 
         from monitor.kafka import kafka_python_consumer
+        from monitor.limits import loads
         from monitor.run.pipeline import NotJson
 
         consumer = KafkaConsumer(config.kafka.topic, **kafka_python_consumer(
@@ -268,10 +269,10 @@ def _drive(args: argparse.Namespace, config: Any, pipeline: Any, stop: threading
                 for tp, messages in polled.items():
                     for m in messages:
                         where = f"{tp.topic}:{tp.partition}@{m.offset}"
-                        try:
-                            batch.append((where, json.loads(m.value)))
-                        except (json.JSONDecodeError, UnicodeError) as exc:
-                            batch.append((where, NotJson(str(exc))))
+                        try:  # a repeated key is rejected, as the worker does (monitor.limits.loads)
+                            batch.append((where, loads(m.value)))
+                        except (ValueError, TypeError) as exc:  # JSONDecodeError, DuplicateKeyError, UnicodeError
+                            batch.append((where, NotJson(str(exc) if m.value is not None else "a tombstone")))
                 now = time.time()
                 if batch:
                     pipeline.feed(batch, now)
