@@ -67,8 +67,10 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     except (ConfigError, PricingError, StoreError, ValueError) as exc:
         print(f"fleetmon exporter: {exc}", file=sys.stderr)
         return 2
-    # Lag is on only when Kafka is named explicitly (the flag or FLEETMON_KAFKA_BOOTSTRAP), not by the default.
-    bootstrap = args.kafka_bootstrap or os.environ.get("FLEETMON_KAFKA_BOOTSTRAP")
+    # Lag is on only when Kafka is named explicitly (the flag, FLEETMON_KAFKA_BOOTSTRAP or a --config file),
+    # not by the built-in default.
+    bootstrap = (args.kafka_bootstrap or os.environ.get("FLEETMON_KAFKA_BOOTSTRAP")
+                 or (config.kafka.bootstrap if args.config else None))
     topics = [t for t in (args.topic or _deprecated_topic() or config.kafka.topic).split(",") if t]
     lag = KafkaLag(replace(config.kafka, bootstrap=bootstrap), topics) if bootstrap else None
     try:
@@ -104,7 +106,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--active-window", default="2h",
                    help="slices with traffic this recent get windowed gauges (default 2h)")
     p.add_argument("--kafka-bootstrap", help="Kafka bootstrap servers for fleetmon_consumer_lag "
-                   "(default $FLEETMON_KAFKA_BOOTSTRAP; off when neither is set)")
+                   "(default $FLEETMON_KAFKA_BOOTSTRAP, else kafka.bootstrap of --config; off when none is set)")
     p.add_argument("--topic", help="topic(s) whose lag to report, comma-separated (default $FLEETMON_TOPIC "
                    "or kafka.topic, fleetmon.traces)")
     p.add_argument("--extra", action="append", metavar="MODULE:FACTORY",

@@ -45,15 +45,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"fleetmon simulate: {exc}", file=sys.stderr)
         return 2
     records = generate(scenario)
-    if args.kafka:
+    if args.kafka is not None:
         from monitor.config import ConfigError, load
         from monitor.emitter import TraceEmitter
 
         try:
-            kafka = load(None).kafka  # security (SASL/TLS) from FLEETMON_KAFKA_*; the servers from --kafka
+            kafka = load(args.config).kafka  # security (SASL/TLS) from --config and FLEETMON_KAFKA_*
         except ConfigError as exc:
             print(f"fleetmon simulate: {exc}", file=sys.stderr)
             return 2
+        args.kafka = args.kafka or kafka.bootstrap
+        args.topic = args.topic or kafka.topic
         n = 0
         with TraceEmitter(args.kafka, topic=args.topic, kafka=kafka) as emitter:
             for record in records:
@@ -334,8 +336,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("simulate", help="synthetic fleet traffic to stdout, a file or Kafka")
     p.add_argument("--output", "-o", help="JSONL file (default stdout)")
-    p.add_argument("--kafka", metavar="BOOTSTRAP", help="send to this Kafka instead")
-    p.add_argument("--topic", default="fleetmon.traces")
+    p.add_argument("--kafka", metavar="BOOTSTRAP", nargs="?", const="",
+                   help="send to this Kafka instead (no value: kafka.bootstrap of --config)")
+    p.add_argument("--topic", default=None, help="topic to send to (default kafka.topic, fleetmon.traces)")
+    p.add_argument("--config", help="fleetmon.toml whose [kafka] (servers, topic, SASL/TLS) --kafka uses")
     p.add_argument("--start", type=float, help="event time of the first trace (default now)")
     p.add_argument("--realtime", action="store_true", help="emit at the traces' event times")
     _add_scenario_flags(p, duration=300.0)
