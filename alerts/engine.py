@@ -76,6 +76,8 @@ class EngineConfig:
     active_seconds: float = 2 * 3600.0
     baseline_current_seconds: float = 3600.0
     baseline_trailing_seconds: float = 7 * 86400.0
+    #: After the store lost its state: how long no alert changes while the workers rebuild it from Kafka.
+    restore_hold_seconds: float = 300.0
 
 
 def shadow_evidence(store: Store) -> dict[Comparison, dict[SliceKey, PairedCounts]]:
@@ -175,11 +177,15 @@ class AlertEngine:
         block = self.config.canary_block_seconds
         self.canary = (CanaryLedger.from_dict(saved_ledger, block) if saved_ledger
                        else CanaryLedger(block_seconds=block))
-        self.baseline_drops = BaselineDrops(self.config.baseline_current_seconds,
-                                            self.config.baseline_trailing_seconds)
         self.environment = environment.EnvironmentWatch.from_dict(
             store.get_state(ENVIRONMENT_STATE_NAME) or {}, arl_hours=self.config.environment_arl_hours,
             floor=self.config.policy.floors.success_points, runbook_base=self.config.lifecycle.runbook_base)
+        self.baseline_drops = BaselineDrops(self.config.baseline_current_seconds,
+                                            self.config.baseline_trailing_seconds)
+        #: Times this engine saw the store lose its state (see _holding_after_lost_state).
+        self.state_losses = 0
+        self._generation = store.generation()
+        self._hold_until = float("-inf")
 
     def decide(self, now: float) -> list[Finding]:
         policy = self.config.policy
@@ -197,27 +203,21 @@ class AlertEngine:
 
     def tick(self, now: float) -> list[AlertEvent]:
         """One evaluation at ``now``: returns the state changes it produced (delivered or queued)."""
+        if self._holding_after_lost_state(now):  # firing alerts are re-posted; nothing pages or resolves
+            self.store.put_state(self.state_name, self.state.to_dict())
+            self.deliver([], now)
+            return []
         findings = self.decide(now)
         state, events = evaluate(self.state, findings, now, self.config.lifecycle)
         self.findings = findings
         self.state = state
         self.store.put_state(self.state_name, state.to_dict())
+        events += self.watch_environment(now)
         self.deliver(events, now)
         # The exporter (another process) serves these as fleetmon_comparison_* gauges.
         self.store.put_state(FINDINGS_STATE_NAME, {"ts": now, "findings": findings_snapshot(findings, state)})
         return events
 
-    def deliver(self, events: Sequence[AlertEvent], now: float) -> None:
-        """Each destination: its queued events and ``events`` (once), then ``refresh`` with the firing alerts."""
-        active = active_events(self.state, now, self.config.lifecycle) + self.environment.active(now)
-        changed = False
-        for name, destination in zip(self.names, self.destinations, strict=True):
-        events += self.watch_environment(now)
-            queue = self.outbox[name] + list(events)
-            try:
-                if queue:
-                    destination.send(queue)
-                sent, queue = {e.fingerprint for e in queue}, []
     def watch_environment(self, now: float) -> list[AlertEvent]:
         """FleetmonEnvironmentDrop for every baseline release of a comparison (alerts.environment)."""
         releases = {f.comparison.baseline_release for f in self.findings}
@@ -228,6 +228,16 @@ class AlertEngine:
             self.store.put_state(ENVIRONMENT_STATE_NAME, self.environment.to_dict())
         return events
 
+    def deliver(self, events: Sequence[AlertEvent], now: float) -> None:
+        """Each destination: its queued events and ``events`` (once), then ``refresh`` with the firing alerts."""
+        active = active_events(self.state, now, self.config.lifecycle) + self.environment.active(now)
+        changed = False
+        for name, destination in zip(self.names, self.destinations, strict=True):
+            queue = self.outbox[name] + list(events)
+            try:
+                if queue:
+                    destination.send(queue)
+                sent, queue = {e.fingerprint for e in queue}, []
                 refresh = getattr(destination, "refresh", None)  # a send-only object wants changes only
                 if refresh is not None:
                     refresh([e for e in active if e.fingerprint not in sent], now)
@@ -244,6 +254,27 @@ class AlertEngine:
         if changed:
             self.store.put_state(self.state_name + OUTBOX_SUFFIX,
                                  {name: [asdict(e) for e in queue] for name, queue in self.outbox.items()})
+
+    def _holding_after_lost_state(self, now: float) -> bool:
+        """Notice a store that lost its state (its generation changed, or a worker restored it from Kafka):
+        keep this engine's lifecycle, outboxes, canary ledger and environment detectors, write them back,
+        count and log it, and hold alert changes for ``restore_hold_seconds`` while the workers rebuild the
+        evidence. True while holding (docs/operating.md, "Lost Redis state")."""
+        seen = self.store.generation()
+        known, self._generation = self._generation, seen
+        if known.id is not None and (seen.id != known.id or seen.restores > known.restores):
+            self.state_losses += 1
+            self._hold_until = now + self.config.restore_hold_seconds
+            firing = sum(1 for r in self.state.records.values() if r.status == "firing")
+            log.error("the store lost state (generation %s -> %s, restores %d -> %d): keeping and re-writing this "
+                      "engine's %d alert record(s), %d firing; no alert changes for %.0f s while the workers "
+                      "rebuild the evidence from Kafka", known.id, seen.id or "none", known.restores, seen.restores,
+                      len(self.state.records), firing, self.config.restore_hold_seconds)
+            self.store.put_state(self.state_name + OUTBOX_SUFFIX,
+                                 {name: [asdict(e) for e in queue] for name, queue in self.outbox.items()})
+            self.store.put_state(CANARY_STATE_NAME, self.canary.to_dict())
+            self.store.put_state(ENVIRONMENT_STATE_NAME, self.environment.to_dict())
+        return now < self._hold_until
 
     def firing(self) -> list[Mapping[str, Any]]:
         """Records currently firing (for views and /metrics)."""

@@ -162,6 +162,10 @@ def _annotations(rec: AlertRecord, config: LifecycleConfig, note: str = "") -> d
                    f"b={ev['b']} c={ev['c']}; test: {ev['test']}.")
     if ev.get("tracked_slice") not in (None, ev["slice"]):
         description += f" Only some slices fire; the lifecycle follows slice {ev['tracked_slice']}."
+    changed = ev.get("changed")
+    if changed:
+        description += f" Changed between the releases: {', '.join(map(str, changed))}" + (
+            f" (confounded: {len(changed)} components differ)." if len(changed) > 1 else ".")
     if "cause" in ev:
         description += f" Likely cause: {ev['cause']} ({ev.get('cause_reason', '')})."
     if note:

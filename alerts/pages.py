@@ -66,7 +66,8 @@ def evidence_of(finding: Finding) -> dict[str, Any]:
           "effect_high": finding.effect_high, "e_value": finding.e_value, "floor": finding.floor,
           "alpha": finding.alpha, "test": finding.detail.get("test", ""), "severity": finding.severity,
           "significant": finding.significant, "beyond_floor": finding.beyond_floor}
-    for key in ("cause", "cause_reason", "metric", "unit", "alpha_family", "family_size", "rejections"):
+    for key in ("cause", "cause_reason", "metric", "unit", "alpha_family", "family_size", "rejections",
+                "baseline_identity", "candidate_identity", "changed", "identity_changes"):  # alerts.identity
         if key in finding.detail:
             ev[key] = finding.detail[key]
     return {k: _json_number(v) for k, v in ev.items()}

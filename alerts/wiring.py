@@ -9,12 +9,7 @@ from alerts.engine import EngineConfig
 from alerts.lifecycle import LifecycleConfig
 from alerts.notifiers import AlertmanagerNotifier, FanOut, Notifier, StdoutNotifier, WebhookNotifier, ends_after
 from monitor.config import Config
-from monitor.pairing import Caps
-
-
-def caps(config: Config) -> Caps:
-    """The per-trace caps of the capped cost and latency sums (the workers count with them, the engine checks)."""
-    return Caps(config.alerts.cost_cap_usd, config.seconds("alerts", "latency_cap"))
+from monitor.worker_settings import pair_caps
 
 
 def engine_config(config: Config) -> EngineConfig:
@@ -24,7 +19,7 @@ def engine_config(config: Config) -> EngineConfig:
                                   latency_relative=a.latency_floor),
                     harmful_threshold=a.harmful_threshold if a.harmful_threshold >= 0 else None,
                     over_refusal_threshold=a.over_refusal_threshold if a.over_refusal_threshold >= 0 else None,
-                    caps=caps(config))
+                    caps=pair_caps(config))
     # The recovery detector's ARL is counted in evaluations: one false resolution per
     # 1 / false_resolutions_per_day days at one evaluation per `interval`.
     evaluations_per_day = 86_400.0 / config.seconds("alerts", "interval")

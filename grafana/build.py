@@ -28,13 +28,17 @@ from panels import (
     DATASOURCE_UID,
     SLICE_DIMENSIONS,
     SLICE_SELECTOR,
+    Annotation,
     PanelBuilder,
+    annotation,
     dashboard,
     label_variable,
+    per_comparison,
     right_axis,
     row,
     scatter,
     stat,
+    state_timeline,
     table,
     window_variable,
 )
@@ -44,6 +48,21 @@ __all__ = ["DATASOURCE_UID", "OUT_DIR", "dashboards", "main", "render"]
 
 HERE = Path(__file__).resolve().parent
 OUT_DIR = HERE / "dashboards"
+
+
+#: fleetmon_comparison_state's states (alerts/comparison_state.py STATES, same order) and their colours.
+COMPARISON_STATES = (("warming", "blue"), ("no_evidence", "green"), ("pending", "orange"), ("firing", "red"),
+                     ("resolved", "purple"))
+IDENTITY_LABELS = "release, model_id, scaffold_hash, prompt_hash, tool_schema_hash, config_hash"
+
+
+def release_changes() -> Annotation:
+    """An event where a release label shows a version tuple it did not show 10 minutes before."""
+    info = f"max by ({IDENTITY_LABELS}) (fleetmon_release_info"
+    return annotation("Release changes", f"{info}) unless {info} offset 10m)", "purple",
+                      title="{{release}}: new version tuple",
+                      text="model {{model_id}}, scaffold {{scaffold_hash}}, prompt {{prompt_hash}}, "
+                           "tools {{tool_schema_hash}}, config {{config_hash}}", tags="release")
 
 
 # ---------------------------------------------------------------- dashboards
@@ -107,7 +126,7 @@ def fleet_overview() -> dict[str, Any]:
     ]
     return dashboard("fleetmon-overview", "fleetmon / Fleet overview",
                      "Fleet health per release: success with its interval, cost per solved, latency, "
-                     "throughput, pipeline health.", panels, [], ["overview"])
+                     "throughput, pipeline health.", panels, [], ["overview"], [release_changes()])
 
 
 def slice_drilldown() -> dict[str, Any]:
@@ -249,6 +268,15 @@ def releases() -> dict[str, Any]:
     cmp_legend = "{{baseline}} → {{candidate}} {{arm}} {{metric}} {{task_type}} {{tenant}} {{locale}}"
     cost_per_solved_1h = ("sum by (release) (increase(fleetmon_cost_usd_total[1h])) / "
                           "sum by (release) (increase(fleetmon_successes_total[1h]))")
+    whole = f'{cmp_sel}, task_type="", tenant="", locale=""'  # the whole comparison: no slice label
+    state_code = "max by (baseline, candidate, arm, metric) (" + " or ".join(
+        f'(fleetmon_comparison_state{{{whole}, state="{name}"}} == 1) * {i}'
+        for i, (name, _color) in enumerate(COMPARISON_STATES, 1)) + ")"
+    pairs = f"max by (baseline, candidate) (fleetmon_comparison_pairs{{{cmp_sel}}})"
+    success_gain = per_comparison(pairs, "release:fleetmon_success_ratio:1h", "-")
+    cost_change = f"({per_comparison(pairs, f'({cost_per_solved_1h})', '/')}) - 1"
+    pareto_status = (f"2 + ({success_gain} < bool 0) * ({cost_change} > bool 0) "
+                     f"- ({success_gain} > bool 0) * ({cost_change} < bool 0)")
     panels: list[PanelBuilder] = [
         scatter("Cost vs success per release (Pareto, 1 h)",
                 "Each point is a release: x = cost per solved task (USD), y = success ratio over the last hour. "
@@ -297,13 +325,36 @@ def releases() -> dict[str, Any]:
         stat("Comparisons firing", f"sum(fleetmon_comparison_firing{{{cmp_sel}}})", (18, 28, 6, 8), "none",
              "Comparisons whose decision rule fires (significant and beyond the practical floor).",
              [(None, "green"), (1, "red")]),
+        state_timeline("Comparison state (whole comparison)", state_code, "{{baseline}} → {{candidate}} {{arm}} "
+                       "{{metric}}", (0, 36, 16, 8), "Where each comparison stands: warming (not enough pairs "
+                       "yet to detect a regression at the floor), no_evidence, pending (the hold), firing, "
+                       "resolved. Definitions: docs/alerts.md#comparison-state.", COMPARISON_STATES),
+        timeseries("Pairs vs pairs needed (success, whole comparison)", [
+            (f'fleetmon_comparison_pairs{{{whole}, metric="success_regression"}}',
+             "{{baseline}} → {{candidate}} {{arm}} pairs"),
+            (f'fleetmon_comparison_pairs_needed{{{whole}, metric="success_regression"}}',
+             "{{baseline}} → {{candidate}} {{arm}} needed"),
+        ], (16, 36, 8, 8), "none", "Pairs so far and the planning estimate of pairs needed to detect a drop of "
+            "twice the floor (docs/metrics.md); below it the comparison is warming, not clean.", minimum=0,
+            bounds_regex=".* needed$"),
+        row("Pareto over time: candidate vs baseline (1 h)", 44),
+        timeseries("Candidate − baseline on the Pareto axes", [
+            (success_gain, "{{baseline}} → {{candidate}} success (points)"),
+            (cost_change, "{{baseline}} → {{candidate}} cost per solved (relative)"),
+        ], (0, 45, 16, 8), "percentunit", "Per comparison over time: the candidate's success minus the "
+            "baseline's (up = better) and its cost per solved relative to the baseline's (up = dearer), both "
+            "over the last hour. Success down and cost up: the candidate is dominated.", bounds_regex=".*cost.*"),
+        state_timeline("Pareto status of the candidate", pareto_status, "{{baseline}} → {{candidate}}",
+                       (16, 45, 8, 8), "dominates: better success and cheaper per solved task than the baseline; "
+                       "dominated: worse on both; trade-off: better on one axis only (or equal).",
+                       (("dominates", "green"), ("trade-off", "yellow"), ("dominated", "red"))),
     ]
     variables = [label_variable("baseline", "fleetmon_comparison_pairs"),
                  label_variable("candidate", "fleetmon_comparison_pairs"),
                  label_variable("metric", "fleetmon_comparison_pairs")]
     return dashboard("fleetmon-releases", "fleetmon / Releases",
                      "Cost vs success per release, and canary / shadow comparisons with their evidence.",
-                     panels, variables, ["releases"])
+                     panels, variables, ["releases"], [release_changes()])
 
 
 def dashboards() -> dict[str, dict[str, Any]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dashboard_builders
-from grafana_foundation_sdk.builders import prometheus, timeseries, xychart
+from grafana_foundation_sdk.builders import prometheus, statetimeline, timeseries, xychart
 from grafana_foundation_sdk.builders import stat as stat_panel
 from grafana_foundation_sdk.builders import table as table_panel
 from grafana_foundation_sdk.cog.builder import Builder
@@ -35,7 +35,11 @@ Grid = tuple[int, int, int, int]
 #: (PromQL, legend format) of one query.
 Query = tuple[str, str]
 #: What :func:`dashboard` lays out: the panel builders used here and rows.
-PanelBuilder = timeseries.Panel | stat_panel.Panel | table_panel.Panel | xychart.Panel | dashboard_builders.Row
+PanelBuilder = (timeseries.Panel | stat_panel.Panel | table_panel.Panel | xychart.Panel | statetimeline.Panel
+                | dashboard_builders.Row)
+#: A Prometheus annotation: the SDK's builder, plus the Prometheus fields it has no setter for
+#: (``titleFormat``, ``textFormat``, ``tagKeys``, ``step``), merged into its JSON.
+Annotation = tuple[dashboard_builders.AnnotationQuery, dict[str, str]]
 
 _DASHED = [models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [6, 4]}),
            models.DynamicConfigValue(id_val="custom.lineWidth", value=1),
@@ -133,6 +137,36 @@ def scatter(title: str, description: str, grid: Grid, x: tuple[str, str, str],
             .tooltip(common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.SINGLE)))
 
 
+def state_timeline(title: str, expr: str, legend: str, grid: Grid, description: str,
+                   states: Sequence[tuple[str, str]]) -> statetimeline.Panel:
+    """A state timeline of ``expr``, whose value is ``i + 1`` for ``states[i]`` = (name, color)."""
+    mapping = models.ValueMap(options={str(i + 1): models.ValueMappingResult(text=name, color=color, index=i)
+                                       for i, (name, color) in enumerate(states)})
+    return (statetimeline.Panel().title(title).description(description).datasource(DS).grid_pos(grid_pos(grid))
+            .with_target(query(expr, legend)).mappings([mapping]).show_value(common.VisibilityMode.AUTO)
+            .merge_values(True).fill_opacity(80).line_width(0)
+            .legend(common_builders.VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.LIST)
+                    .placement(common.LegendPlacement.BOTTOM)))
+
+
+def annotation(name: str, expr: str, color: str, *, title: str, text: str, tags: str) -> Annotation:
+    """A Prometheus annotation: an event wherever ``expr`` returns a series (adjacent steps merge into a region)."""
+    builder = dashboard_builders.AnnotationQuery().name(name).datasource(DS).expr(expr).enable(True).icon_color(color)
+    return builder, {"titleFormat": title, "textFormat": text, "tagKeys": tags, "step": "1m"}
+
+
+def _by_side(expr: str, side: str) -> str:
+    """A per-release expression relabelled as the comparison's ``side`` (baseline or candidate)."""
+    return f'max by ({side}) (label_join({expr}, "{side}", "", "release"))'
+
+
+def per_comparison(pairs: str, expr: str, op: str) -> str:
+    """A per-release ``expr`` of the candidate ``op`` that of the baseline, one series per (baseline,
+    candidate) of ``pairs`` (label_join copies the label: label_replace's ``$1`` would read as a variable)."""
+    return (f"(0 * {pairs} + on (candidate) group_left () {_by_side(expr, 'candidate')}) "
+            f"{op} on (baseline) group_left () {_by_side(expr, 'baseline')}")
+
+
 def row(title: str, y: int) -> dashboard_builders.Row:
     return dashboard_builders.Row(title).collapsed(False).grid_pos(grid_pos((0, y, 24, 1)))
 
@@ -157,8 +191,9 @@ def window_variable() -> dashboard_builders.CustomVariable:
 
 
 def dashboard(uid: str, title: str, description: str, panels: Sequence[PanelBuilder],
-              variables: Sequence[Builder[models.VariableModel]], tags: Sequence[str]) -> dict[str, Any]:
-    """The dashboard's JSON model (plain dicts): panels and rows in order, numbered from 1."""
+              variables: Sequence[Builder[models.VariableModel]], tags: Sequence[str],
+              annotations: Sequence[Annotation] = ()) -> dict[str, Any]:
+    """The dashboard's JSON model (plain dicts): panels and rows in order, numbered from 1; annotations in order."""
     board = (dashboard_builders.Dashboard(title).uid(uid).description(description).tags(["fleetmon", *tags])
              .timezone("utc").editable().tooltip(models.DashboardCursorSync.CROSSHAIR).refresh("30s")
              .time("now-6h", "now").version(1).variables([datasource_variable(), *variables])
@@ -169,5 +204,9 @@ def dashboard(uid: str, title: str, description: str, panels: Sequence[PanelBuil
             board.with_row(panel.id(i))
         else:
             board.with_panel(panel.id(i))
+    for builder, _fields in annotations:
+        board.annotation(builder)
     model: dict[str, Any] = json.loads(json.dumps(board.build(), cls=JSONEncoder))
+    for entry, (_builder, fields) in zip(model.get("annotations", {}).get("list", []), annotations, strict=True):
+        entry.update(fields)
     return model

@@ -114,6 +114,7 @@ class NotifiersConfig:
 class ExporterConfig:
     host: str = "127.0.0.1"
     port: int = 9464
+    max_series: int = 20_000  # per scrape; past it the smallest slices fold into __other__ (exporter/budget.py)
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,8 @@ def _check(config: Config) -> None:
     if n.webhook_url and not n.webhook_secret:
         raise ConfigError(f"{config.source}: notifiers.webhook_secret must be set when notifiers.webhook_url is "
                           "(receivers verify the HMAC-SHA256 signature)")
+    if config.exporter.max_series < 100:
+        raise bad("exporter.max_series", config.exporter.max_series, "an integer >= 100")
     if not 0 < config.exporter.port < 65536:
         raise bad("exporter.port", config.exporter.port, "a TCP port in 1..65535")
     if config.pricing.price_map and not Path(config.pricing.price_map).is_file():

@@ -9,6 +9,8 @@ of their union (:meth:`BatchDelta.merge`):
   and each window's expiry;
 * pipeline counters (``traces``, ``dlq``, ``late``, ``folded:<dim>``,
   ``pairs``, ...);
+* the release identities (:mod:`monitor.identity`): per guarded release
+  label, each version tuple seen and its latest event time (merged by max);
 * the pairing's part (:mod:`monitor.pairing`): paired evidence as flat
   additive hash fields per pair key, and the shadow halves that start or stop
   waiting for their twin.
@@ -41,6 +43,8 @@ class BatchDelta:
     #: shadow halves that start waiting (pair_id -> the half's JSON) or stop waiting, per source partition.
     pending_set: dict[str, str] = field(default_factory=dict)
     pending_del: set[str] = field(default_factory=set)
+    #: release -> encoded version tuple -> latest event time (written by :func:`monitor.identity.place`).
+    identities: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -72,6 +76,10 @@ class BatchDelta:
         self.expire_at.update(other.expire_at)
         for pair_key, fields in other.paired_evidence.items():
             self.add_paired_evidence(pair_key, fields)
+        for release, fields in other.identities.items():
+            mine_ids = self.identities.setdefault(release, {})
+            for name, ts in fields.items():
+                mine_ids[name] = max(ts, mine_ids.get(name, ts))
         for pair_id in other.pending_del:  # later stops and starts win over earlier ones
             self.stop_waiting(pair_id)
         for pair_id, text in other.pending_set.items():
@@ -81,4 +89,4 @@ class BatchDelta:
     @property
     def empty(self) -> bool:
         return not (self.windows or self.totals or self.counters or self.paired_evidence
-                    or self.pending_set or self.pending_del)
+                    or self.pending_set or self.pending_del or self.identities)

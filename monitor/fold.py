@@ -3,7 +3,8 @@
 Traces are grouped by raw slice and window (:func:`group_traces`), then
 placed through the cardinality guard into per-(resolution, window, slice)
 aggregates, per-slice totals, latest event times and the counters
-``traces``, ``late`` and ``folded:<dim>`` (:func:`place_groups`). The fold
+``traces``, ``late`` and ``folded:<dim>`` (:func:`place_groups`), and each
+release label's version tuples (:mod:`monitor.identity`). The fold
 knows nothing of shadow pairs: :meth:`monitor.pairing.Pairer.join` adds
 those to the same delta. Time is passed in (``now``, epoch seconds).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from monitor import identity
 from monitor.aggregate import Aggregate
 from monitor.delta import BatchDelta
 from monitor.schema import Trace
@@ -119,5 +121,8 @@ def fold(traces: Iterable[Trace], slicer: Slicer, now: float,
          resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS, delta: BatchDelta | None = None) -> BatchDelta:
     """Fold validated traces (each with a ``ts``) into ``delta`` (a new one by default); returns it."""
     delta = delta if delta is not None else BatchDelta()
+    traces = list(traces)
     place_groups(group_traces(traces, slicer.dimensions, resolutions).items(), slicer, now, resolutions, delta)
+    # after the groups: the guard has answered for every release label already, in their order
+    identity.place(identity.collect(traces), slicer.guard.admit, delta.identities)
     return delta

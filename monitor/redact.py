@@ -205,7 +205,7 @@ def install_log_redaction() -> None:
             except Exception:  # noqa: BLE001 - a bad format string: leave it to logging to report
                 return record
             redacted = redact_text(message)
-            if redacted != message or record.args:
+            if redacted != message:  # only then: formatters that apply msg % args themselves (mode's) keep working
                 record.msg, record.args = redacted, None
             if record.exc_info and not record.exc_text:
                 record.exc_text = redact_text(formatter.formatException(record.exc_info))

@@ -53,7 +53,7 @@ ALIASES = {
 }
 
 _STR_FIELDS = ("scaffold_hash", "prompt_hash", "release", "pair_id", "task_type",
-               "tenant", "locale", "task_id")
+               "tenant", "locale", "task_id", "tool_schema_hash", "config_hash")
 _COUNT_FIELDS = ("steps", "tool_calls", "tool_errors", "tokens_in", "tokens_out",
                  "tokens_cached_in", "side_effects")
 _BOOL_FIELDS = ("harmful_action", "refused", "prompt_injection")
@@ -90,6 +90,8 @@ class Trace:
     ok: bool | None = None
     scaffold_hash: str | None = None
     prompt_hash: str | None = None
+    tool_schema_hash: str | None = None   # the release's version tuple: see monitor.identity
+    config_hash: str | None = None
     pair_id: str | None = None
     task_type: str | None = None
     tenant: str | None = None
@@ -122,7 +124,8 @@ class Trace:
 
 
 _DIMENSION_FIELDS = frozenset(("release", "arm", "model_id", "task_type", "tenant", "locale",
-                               "scaffold_hash", "prompt_hash", "task_id"))
+                               "scaffold_hash", "prompt_hash", "task_id", "tool_schema_hash",
+                               "config_hash"))
 
 
 def success_proxy(ok: bool | None, outcome: str | None, user_signal: str,
@@ -286,6 +289,7 @@ def validate(record: Any, *, now: float | None = None, from_text: bool = False,
         success=success_proxy(ok, outcome, user_signal or "none", recontact),
         outcome=outcome, ok=ok,
         scaffold_hash=strings["scaffold_hash"], prompt_hash=strings["prompt_hash"],
+        tool_schema_hash=strings["tool_schema_hash"], config_hash=strings["config_hash"],
         pair_id=strings["pair_id"], task_type=strings["task_type"], tenant=strings["tenant"],
         locale=strings["locale"], tags=tags, task_id=strings["task_id"], trial=trial,
         fees_usd=fees or 0.0, latency_seconds=latency, user_signal=user_signal or "none",
@@ -301,8 +305,8 @@ def to_record(trace: Trace) -> dict[str, Any]:
         out["outcome"] = trace.outcome
     if trace.ok is not None:
         out["ok"] = trace.ok
-    for name in ("scaffold_hash", "prompt_hash", "pair_id", "task_type", "tenant", "locale",
-                 "task_id", "trial", "benign", "recontact_24h"):
+    for name in ("scaffold_hash", "prompt_hash", "tool_schema_hash", "config_hash", "pair_id", "task_type",
+                 "tenant", "locale", "task_id", "trial", "benign", "recontact_24h"):
         value = getattr(trace, name)
         if value is not None:
             out[name] = value

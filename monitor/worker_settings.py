@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.config import Config, ConfigError, KafkaConfig
+from monitor.pairing import DEFAULT_CAPS, Caps
 from monitor.redact import redact_url
 from monitor.slices import DEFAULT_DIMENSIONS
 from monitor.windows import Resolution, resolutions_for
@@ -28,6 +29,8 @@ class WorkerSettings:
     session_timeout_seconds: float = 10.0
     native: bool = True
     pair_ttl_seconds: float | None = 3600.0
+    #: Per-trace caps of the paired cost and latency sums (alerts.cost_cap_usd, alerts.latency_cap).
+    pair_caps: Caps = DEFAULT_CAPS
     price_map: str = ""                       # empty: the bundled map
 
     bootstrap = property(lambda self: self.kafka.bootstrap)
@@ -60,4 +63,10 @@ def worker_settings(config: Config, *, pairing: bool = True) -> WorkerSettings:
         batch_max_records=w.batch_max_records, batch_within_seconds=w.batch_within,
         max_record_bytes=w.max_record_bytes, partitions=w.partitions, session_timeout_seconds=w.session_timeout,
         native=w.native, pair_ttl_seconds=config.seconds("alerts", "pair_ttl") if pairing else None,
+        pair_caps=pair_caps(config),
         price_map=config.pricing.price_map)
+
+
+def pair_caps(config: Config) -> Caps:
+    """The per-trace caps of the capped cost and latency sums: the workers count with them, the engine checks."""
+    return Caps(config.alerts.cost_cap_usd, config.seconds("alerts", "latency_cap"))

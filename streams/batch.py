@@ -34,8 +34,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from monitor import identity
 from monitor.delta import BatchDelta
 from monitor.fold import Group, GroupKey, group_traces, place_groups
+from monitor.identity import Seen
 from monitor.limits import JSONDecodeError as _JSONDecodeError
 from monitor.limits import loads as _loads  # orjson, rejecting duplicate keys
 from monitor.pairing import Pairer
@@ -116,6 +118,7 @@ class Batch:
 
     parts: list[PartitionBatch] = field(default_factory=list)
     groups: list[tuple[GroupKey, Group]] = field(default_factory=list)   # the native path's
+    identities: Seen = field(default_factory=dict)                        # the native path's
     # how it was decoded, so that :meth:`after` decodes the rest the same way
     now: float = 0.0
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -229,6 +232,7 @@ def decode_batch(parts: Sequence[tuple[str, int, Sequence[Any]]], now: float, *,
         log.exception("the native fold failed on a batch of %d records; decoding it in Python", batch.size)
         return decode_batch(parts, now, max_record_bytes=max_record_bytes, loads=loads, native=None)
     batch.groups = result.groups
+    batch.identities = result.identities
     slow = iter(result.slow)
     pending = next(slow, None)
     start = 0
@@ -258,6 +262,10 @@ def fold_batch(batch: Batch, slicer: Slicer, now: float,
     if batch.groups:  # one order for both paths: as if one pass had seen every record
         items = sorted(items + batch.groups, key=lambda item: item[1].first)
     place_groups(items, slicer, now, resolutions, delta)
+    seen = dict(batch.identities)
+    for part in batch.parts:
+        identity.collect(part.traces, part.positions, seen)
+    identity.place(seen, slicer.guard.admit, delta.identities)
     rejected = batch.rejection_count
     if rejected:
         delta.count("dlq", rejected)

@@ -7,6 +7,11 @@ Guarantees (Kafka delivers at least once; the effect on Redis is exactly once):
   range starts at or below it; the loop then re-reads the watermarks and applies only what lies above;
 * a partition resumes at its Redis watermark + 1, not at the committed offset; offsets are committed
   only after the apply; shadow pairs' waiting halves are persisted by the same apply;
+* every apply also checks that the store still holds what this worker applied (generation and
+  watermarks); when it does not (Redis restarted empty, rolled back, flushed) the worker stops
+  applying, logs an error, and rebuilds from the retained topic (:mod:`streams.restore`); a
+  partition without a watermark whose group has committed an offset is read from the earliest
+  retained offset, not from the commit (the store lost it while no worker ran);
 * rejected records reach the DLQ (acknowledged) before the apply that counts them; infrastructure
   failures are retried with backoff and nothing is committed meanwhile (the worker stalls rather than
   drops); bad input never raises out of the loop.
@@ -18,12 +23,12 @@ so applies stay in offset order). Why the loop owns its consumer, and its cost: 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -31,24 +36,26 @@ import redis
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from monitor.delta import BatchDelta
 from monitor.pairing import Pairer
 from monitor.pricing import PriceMap
 from monitor.slices import Slicer
-from monitor.store.base import StoreError
+from monitor.store.base import Expected, LostState, StoreError
 from monitor.store.redis.store import RedisGuard, RedisStore
 from monitor.worker_settings import WorkerSettings
-from streams.batch import Batch, PartitionBatch, decode_batch, fold_batch, pair_batch, records_after
+from streams.apply import BatchApplier, LoopCounters, StopRequested, retry_delay
+from streams.batch import Batch, PartitionBatch, decode_batch, records_after
 from streams.consumer import RebalanceListener, make_consumer, take
 from streams.dlq import DlqSink, part_records
 from streams.native import NativeFolder
 from streams.native import available as native_available
+from streams.restore import IDLE_CHECK_SECONDS, Restorer, committed_offset, find_loss, seek_to_watermark, source_of
+
+__all__ = ["ConsumeLoop", "LoopCounters", "StopRequested", "retry_delay", "tune_gc"]
 
 log = logging.getLogger("fleetmon.worker")
 
 COMMIT_INTERVAL_SECONDS = 1.0
 PROGRESS_LOG_INTERVAL_SECONDS = 10.0
-RETRY_MAX_SECONDS = 10.0
 
 
 def tune_gc() -> None:
@@ -57,31 +64,6 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
-
-
-def retry_delay(attempt: int) -> float:
-    """Seconds to wait before retry ``attempt`` (1, 2, ...): exponential from 0.4 s, capped."""
-    return min(RETRY_MAX_SECONDS, 0.2 * 2 ** min(attempt, 6))
-
-
-def _describe(batch: Batch) -> str:
-    return ", ".join(f"{source} offsets {first}..{last}" for source, first, last in batch.ranges())
-
-
-class StopRequested(Exception):
-    """Raised inside a retry loop when the worker is stopping."""
-
-
-@dataclass
-class LoopCounters:
-    """What this process did (for logs and the benchmark; Redis holds the truth)."""
-
-    records: int = 0
-    traces: int = 0
-    rejected: int = 0
-    batches: int = 0
-    applies_refused: int = 0
-    records_already_applied: int = 0
 
 
 class ConsumeLoop:
@@ -97,7 +79,8 @@ class ConsumeLoop:
         self.store = store
         self.dlq = dlq
         self.clock = clock
-        self.slicer = Slicer(settings.dimensions, RedisGuard(store, settings.max_slice_values))
+        guard = RedisGuard(store, settings.max_slice_values)
+        self.slicer = Slicer(settings.dimensions, guard)
         self.prices = PriceMap.load(settings.price_map or None) if settings.pair_ttl_seconds else None
         self.native: NativeFolder | None = None
         if settings.native and native_available():
@@ -107,11 +90,18 @@ class ConsumeLoop:
         elif settings.native:
             log.warning("the native fold (fleetmon_native) is not installed: folding in Python, "
                         "several times slower; `make install` builds it")
-        self.pairers: dict[TopicPartition, Pairer] = {}   # touched by the apply thread only, once assigned
         self.consumer = consumer or make_consumer(settings)
         self.counters = LoopCounters()
+        self.applier = BatchApplier(store, self.slicer, tuple(settings.resolutions), self.counters, self.prices,
+                                    settings.pair_ttl_seconds, lambda: self._stop, settings.pair_caps)
+        # pairers: touched by the apply thread only, once assigned
+        self.pairers: dict[TopicPartition, Pairer] = self.applier.pairers
+        self.restorer = Restorer(self.consumer, store, self.applier, guard, self._retry_redis)
         self.assigned: set[TopicPartition] = set()
         self.watermarks: dict[TopicPartition, int | None] = {}
+        self._lost: LostState | None = None   # set when an apply found the store lost our state; restored by run()
+        self._dlq_through: dict[TopicPartition, int] = {}   # the last offset sent to the DLQ
+        self._checked_at = time.monotonic()
         self._to_commit: dict[TopicPartition, int] = {}
         self._last_commit = 0.0
         self._inflight: asyncio.Future | None = None
@@ -139,10 +129,14 @@ class ConsumeLoop:
         progress_at = time.monotonic() + PROGRESS_LOG_INTERVAL_SECONDS
         try:
             while not self._stop:
+                if self._lost is not None:
+                    await self._restore()
                 fetched, full = await take(self.consumer, self.settings.batch_max_records,
                                            self.settings.batch_within_seconds, lambda: self._stop)
                 if fetched:
                     await self._process(fetched)
+                else:
+                    await self._when_idle()
                 await self._commit_ready()
                 if until is not None and not full:
                     await self._finish_inflight()
@@ -192,10 +186,15 @@ class ConsumeLoop:
         if not parts:
             return
         await self._finish_inflight()
+        if self._lost is not None:  # what we hold was filtered by watermarks the store no longer has
+            await self._restore()
+            return
         parts = [(tp, records) for tp, records in parts if tp in self.assigned]  # revoked while we awaited
         if parts:
+            expected = {source_of(tp): mark for tp, mark in self.watermarks.items()
+                        if mark is not None and tp in self.assigned}
             self._inflight = asyncio.get_running_loop().run_in_executor(
-                self._executor, self._handle_blocking, parts, self.clock())
+                self._executor, self._handle_blocking, parts, self.clock(), expected)
 
     def _mark_committable(self, tp: TopicPartition, applied: int) -> None:
         if tp in self.assigned:
@@ -212,89 +211,38 @@ class ConsumeLoop:
         finally:
             if self._inflight is future:
                 self._inflight = None
+        if isinstance(marks, LostState):
+            self._lost = self._lost or marks  # run() or _process() restores, between fetches
+            return
+        self._checked_at = time.monotonic()
         for tp, mark in marks.items():
             if tp in self.assigned:
                 self.watermarks[tp] = mark
                 self._mark_committable(tp, mark)
 
-    def _handle_blocking(self, parts: list[tuple[TopicPartition, Sequence[Any]]],
-                         now: float) -> dict[TopicPartition, int]:
+    def _handle_blocking(self, parts: list[tuple[TopicPartition, Sequence[Any]]], now: float,
+                         expected: dict[str, int]) -> dict[TopicPartition, int] | LostState:
         """Decode, fold, dead-letter and apply one fetch (runs in the apply thread); returns the watermarks."""
         batch = decode_batch([(tp.topic, tp.partition, records) for tp, records in parts], now,
                              max_record_bytes=self.settings.max_record_bytes, native=self.native)
         tps = {part.source: tp for part, (tp, _) in zip(batch.parts, parts)}
         if batch.rejection_count and self.dlq is not None:
             assert self._event_loop is not None  # set by start(), before any fetch
-            for part in batch.parts:
-                if part.rejections:  # written (and acknowledged) before the apply that counts them
+            for part in batch.parts:  # a record re-read after a restore is dead-lettered once
+                tp = tps[part.source]
+                fresh = [rejection for rejection in part.rejections if rejection.offset > self._dlq_through.get(tp, -1)]
+                if fresh:  # written (and acknowledged) before the apply that counts them
+                    part = dataclasses.replace(part, rejections=fresh)
                     asyncio.run_coroutine_threadsafe(self._send_dlq(part, now), self._event_loop).result()
-        return self._apply_blocking(tps, batch, now)
+                    self._dlq_through[tp] = fresh[-1].offset
+        return self.applier.apply(tps, batch, now, expected)
 
-    def _apply_blocking(self, tps: dict[str, TopicPartition], batch: Batch, now: float) -> dict[TopicPartition, int]:
-        """Apply one batch (in the apply thread): fold, pair, one atomic apply; returns the new watermarks.
-
-        Infrastructure errors are retried (the fold too: the cardinality
-        guard may need Redis); a refused apply re-reads the watermarks and
-        applies what is left above them."""
-        attempt = 0
-        marks: dict[TopicPartition, int] = {}
-        delta: BatchDelta | None = None
-        pending: dict[str, tuple[dict[str, str], set[str]]] = {}
-        stale_pairers = False
-        while True:
-            if self._stop and attempt:
-                raise StopRequested()
-            try:
-                if stale_pairers:  # they ran ahead of what was applied: take the store's
-                    for source, tp in tps.items():
-                        if tp in self.pairers:
-                            self.pairers[tp] = self._load_pairer(source)
-                    stale_pairers = False
-                if delta is None:
-                    delta = fold_batch(batch, self.slicer, now, self.settings.resolutions)
-                    pairers = {source: self.pairers[tp] for source, tp in tps.items() if tp in self.pairers}
-                    pending = pair_batch(batch, pairers, self.slicer.key, now, delta)
-                refused = self.store.apply_ranges(delta, batch.ranges(), pending)
-                if refused is None:
-                    self.counters.batches += 1
-                    self.counters.traces += batch.trace_count
-                    self.counters.rejected += batch.rejection_count
-                    for part in batch.parts:
-                        marks[tps[part.source]] = part.last_offset
-                    return marks
-                watermarks = self.store.applied_offsets()
-            except (StoreError, redis.RedisError) as exc:
-                attempt += 1
-                delay = retry_delay(attempt)
-                log.warning("Redis apply of %s failed (attempt %d), retrying in %.1f s: %s: %s",
-                            _describe(batch), attempt, delay, type(exc).__name__, exc)
-                stale_pairers = stale_pairers or (delta is not None and bool(self.pairers))
-                delta = None
-                deadline = time.monotonic() + delay
-                while time.monotonic() < deadline and not self._stop:
-                    time.sleep(0.1)
-                continue
-            # Refused: part of the range is already applied by someone else.
-            self.counters.applies_refused += 1
-            stale_pairers = bool(self.pairers)
-            rest = batch.after(watermarks)
-            self.counters.records_already_applied += batch.size - rest.size
-            log.info("apply of %s refused (%s at watermark %s); refolding the %d records above the watermarks",
-                     _describe(batch), refused[0], refused[1], rest.size)
-            left = {part.source for part in rest.parts}
-            for part in batch.parts:
-                if part.source not in left:  # the store holds all of it already
-                    marks[tps[part.source]] = watermarks[part.source]
-            if not rest:
-                return marks
-            tps = {source: tp for source, tp in tps.items() if source in left}
-            batch, delta = rest, None
-
-    def _load_pairer(self, source: str) -> Pairer:
-        assert self.prices is not None and self.settings.pair_ttl_seconds is not None
-        pairer = Pairer(self.prices, self.settings.pair_ttl_seconds)
-        pairer.load(self.store.pending(source))
-        return pairer
+    def _apply_blocking(self, tps: dict[str, TopicPartition], batch: Batch,
+                        now: float) -> dict[TopicPartition, int] | LostState:
+        """Apply one batch in this thread (:meth:`streams.apply.BatchApplier.apply`), checked against the
+        watermarks this loop holds."""
+        expected = {source: mark for source, tp in tps.items() if (mark := self.watermarks.get(tp)) is not None}
+        return self.applier.apply(tps, batch, now, expected)
 
     async def _send_dlq(self, part: PartitionBatch, now: float) -> None:
         assert self.dlq is not None
@@ -342,24 +290,40 @@ class ConsumeLoop:
             self.pairers.pop(tp, None)
             self.watermarks.pop(tp, None)
             self._to_commit.pop(tp, None)
+            self._dlq_through.pop(tp, None)
         if revoked:
             log.info("partitions revoked: %s", sorted(f"{tp.topic}:{tp.partition}" for tp in revoked))
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        lost = []
         for tp in sorted(assigned):
-            source = f"{tp.topic}:{tp.partition}"
+            source = source_of(tp)
             try:
                 mark = await self._retry_redis(f"reading the watermark of {source}",
                                                partial(self.store.applied_offset, source))
                 if self.prices is not None:
                     self.pairers[tp] = await self._retry_redis(f"loading the waiting pair halves of {source}",
-                                                               partial(self._load_pairer, source))
+                                                               partial(self.applier.load_pairer, source))
+                committed = None if mark is not None else await committed_offset(self.consumer, tp)
+                if committed is not None:  # consumed before, yet not in the store: it lost it while no worker ran
+                    beginning = await seek_to_watermark(self.consumer, tp, None)
+                    if committed > beginning:
+                        lost.append(f"{source} (committed offset {committed}, resuming at {beginning})")
+                elif mark is not None:
+                    self.consumer.seek(tp, mark + 1)
             except StopRequested:
                 return
             self.watermarks[tp] = mark
-            if mark is not None:
-                self.consumer.seek(tp, mark + 1)
             self.assigned.add(tp)
+        if lost:
+            log.error("the store holds no watermark for partitions the group has consumed: %s; the store lost its "
+                      "state (or the prefix is new): rebuilding them from the earliest retained offset",
+                      ", ".join(lost))
+            self.counters.state_restores += 1
+            try:
+                await self._retry_redis("counting the restore", self.store.count_restore)
+            except StopRequested:
+                return
         if assigned:
             log.info("partitions assigned: %s (watermarks %s)",
                      sorted(f"{tp.topic}:{tp.partition}" for tp in assigned),
@@ -393,4 +357,34 @@ class ConsumeLoop:
         for tp, end in end_offsets.items():
             if await self.consumer.position(tp) < end:
                 return False
-        return self._inflight is None
+        return self._inflight is None and self._lost is None
+
+    # -- lost state ---------------------------------------------------------------
+    async def _restore(self) -> None:
+        """Rebuild what the store lost from Kafka (:mod:`streams.restore`); between fetches only."""
+        lost, self._lost = self._lost, None
+        if lost is None:
+            return
+        await self.restorer.restore(lost, self.assigned, self.watermarks, self._to_commit)
+        self.counters.state_restores += 1
+        self._checked_at = time.monotonic()
+
+    async def _when_idle(self) -> None:
+        """Nothing fetched: settle the finished apply (its offsets become committable) and, now and then,
+        check that the store still holds our state (every apply checks it too)."""
+        if self._inflight is not None and self._inflight.done():
+            await self._finish_inflight()
+        if self._inflight is not None or self._lost is not None:
+            return
+        if time.monotonic() - self._checked_at < IDLE_CHECK_SECONDS:
+            return
+        self._checked_at = time.monotonic()
+        expected = {source_of(tp): mark for tp, mark in self.watermarks.items()
+                    if mark is not None and tp in self.assigned}
+        try:
+            stored, generation = self.store.applied_offsets(), self.store.generation().id
+        except (StoreError, redis.RedisError) as exc:
+            log.warning("checking the store's state failed (the next apply checks it again): %s: %s",
+                        type(exc).__name__, exc)
+            return
+        self._lost = find_loss(Expected(self.applier.generation, expected), generation, stored)

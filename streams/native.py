@@ -18,12 +18,13 @@ they have one definition. The module is optional: without it, or with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from monitor import limits
 from monitor.aggregate import Aggregate
 from monitor.fold import Group, GroupKey
+from monitor.identity import Seen
 from monitor.schema import ALIASES, ARMS, MAX_FUTURE_SKEW_SECONDS, OUTCOMES, USER_SIGNALS
 from monitor.sketch import DEFAULT_MIN_VALUE, DEFAULT_RELATIVE_ACCURACY, LogSketch
 from monitor.slices import UNKNOWN
@@ -51,6 +52,7 @@ class NativeFold:
     groups: list[tuple[GroupKey, Group]]           # ordered by first position
     slow: list[int]                                # positions left to Python
     parts: list[tuple[int, float | None]]          # per part: traces folded, their latest event time
+    identities: Seen = field(default_factory=dict)  # the version tuples it saw (monitor.identity)
 
 
 class NativeFolder:
@@ -81,12 +83,13 @@ class NativeFolder:
         partition) for the per-part figures. A group's ``first`` is the index
         in ``values`` of its first trace.
         """
-        rows, slow, parts = self._folder.fold(values, now, None if part_lengths is None else list(part_lengths))
+        rows, slow, parts, seen = self._folder.fold(values, now, None if part_lengths is None else list(part_lengths))
         groups = []
         for dims, starts, counts, buckets, zero, group_latest, first in rows:
             agg = Aggregate(counts, LogSketch.of_buckets(buckets, zero))
             groups.append(((dims, starts), Group(agg, group_latest, first)))
-        return NativeFold(groups, slow, parts)
+        identities: Seen = {(found[0], tuple(found[1:])): (latest, first) for found, latest, first in seen}
+        return NativeFold(groups, slow, parts, identities)
 
 
 def known_fields() -> frozenset[str]:

@@ -25,8 +25,9 @@ What is replaced: window hashes (``w:``) and their count index (``wc:``),
 per-slice totals (``t:``), the slice index, the pipeline counters, the
 admitted slice values (``dims:``), the paired evidence (``x:``), this
 topic's waiting pair halves (``pending:<topic>:*``) and this topic's fields
-of ``offsets``. The alert engine's ``state:`` keys and other sources'
-watermarks are left alone. Records are not written to the DLQ again (they
+of ``offsets``. The alert engine's ``state:`` keys, the generation (a live
+prefix without one takes the rebuild's) and other sources' watermarks are
+left alone. Records are not written to the DLQ again (they
 were when first seen); the ``dlq`` counter is recomputed. Limitation: the
 topic's retention bounds what can be rebuilt — windows older than the
 oldest retained record are lost if Redis is.
@@ -60,10 +61,12 @@ log = logging.getLogger("fleetmon.rebuild")
 #: fields of ``offsets``. A new family written by the apply must be added
 #: here; tests/unit/streams/test_rebuild.py fails until it is.
 REPLACED_PATTERNS = tuple(layout.family_pattern(family) for family in (
-    layout.WINDOW, layout.WINDOW_COUNTS, layout.TOTALS, layout.DIMS, layout.PAIRED))
+    layout.WINDOW, layout.WINDOW_COUNTS, layout.TOTALS, layout.DIMS, layout.PAIRED, layout.IDENTITY))
 REPLACED_KEYS = (layout.SLICES, layout.COUNTERS)
-#: Families a rebuild leaves alone: not derived from the topic.
-KEPT_FAMILIES = (layout.STATE,)
+#: Families a rebuild leaves alone: not derived from the topic. The generation is kept so that running
+#: workers see the swap as another writer's progress, not as lost state (streams/restore.py); the
+#: rebuild's own generation key is deleted with its prefix.
+KEPT_FAMILIES = (layout.STATE, layout.GENERATION)
 
 
 def replaced_patterns(topic: str) -> list[str]:
@@ -95,10 +98,20 @@ def swap(client: redis.Redis, live_prefix: str, fresh_prefix: str, topic: str) -
     return SwapResult(False, behind=(source, live, rebuilt))
 
 
+def adopt_generation(client: redis.Redis, live_prefix: str, fresh_prefix: str) -> None:
+    """After a swap: a live prefix without a generation (Redis was emptied) takes the rebuild's;
+    one that has a generation keeps it. The rebuild's generation key is deleted either way."""
+    live, fresh = layout.KeyLayout(live_prefix).generation(), layout.KeyLayout(fresh_prefix).generation()
+    fresh_id = client.hget(fresh, layout.GENERATION_ID_FIELD)
+    if fresh_id is not None:
+        client.hsetnx(live, layout.GENERATION_ID_FIELD, fresh_id)
+    client.unlink(fresh)
+
+
 def drop_prefix(client: redis.Redis, prefix: str, topic: str) -> int:
     """Delete what a failed rebuild left under its own prefix."""
     deleted = 0
-    for pattern in (*replaced_patterns(topic), *REPLACED_KEYS, layout.OFFSETS):
+    for pattern in (*replaced_patterns(topic), *REPLACED_KEYS, layout.OFFSETS, layout.GENERATION):
         for key in client.scan_iter(match=f"{glob_escape(prefix)}:{pattern}", count=1000):
             deleted += client.unlink(key)
     return deleted
@@ -132,6 +145,7 @@ async def rebuild(settings: WorkerSettings, *, progress: Any = None) -> dict[str
         result = swap(client, settings.prefix, fresh_prefix, settings.topic)
         if result.swapped:
             outcome.update(keys_moved=result.keys_moved, partitions=result.partitions)
+            adopt_generation(client, settings.prefix, fresh_prefix)
             return True
         log.info("live watermark of %s is ahead (%s > %s); consuming further", *(result.behind or ("?", "?", "?")))
         targets.clear()

@@ -75,7 +75,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     lag = KafkaLag(replace(config.kafka, bootstrap=bootstrap), topics) if bootstrap else None
     try:
         server = serve(store, prices, args.port, args.host, active_window_seconds=active_window,
-                       extra_collectors=extras, consumer_lag=lag)
+                       extra_collectors=extras, consumer_lag=lag, max_series=config.exporter.max_series)
     except OSError as exc:
         print(f"fleetmon exporter: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2

@@ -10,11 +10,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from monitor.cli import alerts, compare, exporter, run, streams
+from monitor.cli import alerts, compare, dlq, exporter, power, run, streams
 from monitor.cli.output import EXIT_BAD_INPUT, EXIT_OK
+from monitor.redact import install_log_redaction
 
 #: In the order ``fleetmon --help`` lists them.
-COMMAND_MODULES = (compare, streams, exporter, alerts, run)
+COMMAND_MODULES = (compare, power, streams, exporter, alerts, dlq, run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    install_log_redaction()  # no log line of any command shows a secret (monitor.redact)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -198,7 +198,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     pipeline = Pipeline(config, store, notifier(config), guard=guard, tick_seconds=tick,
                         on_invalid=report_invalid)
     clock = {"now": time.time()}
-    registry, collector = build_registry(store, pipeline.prices, now=lambda: clock["now"])
+    registry, collector = build_registry(store, pipeline.prices, now=lambda: clock["now"],
+                                         max_series=config.exporter.max_series)
     collector.add_extra(ComparisonCollector(from_engine(pipeline.engine), config.slices.dimensions))
 
     def health() -> dict[str, Any]:

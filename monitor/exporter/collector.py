@@ -25,6 +25,7 @@ from prometheus_client.utils import floatToGoString
 
 from monitor.aggregate import Aggregate
 from monitor.exporter import families as table
+from monitor.exporter.budget import apply_budget
 from monitor.exporter.exposition import (
     Block,
     SliceFamily,
@@ -38,6 +39,7 @@ from monitor.exporter.exposition import (
 from monitor.exporter.figures import histogram_counts, window_figures
 from monitor.exporter.labels import SliceLabeller
 from monitor.exporter.lag import KafkaLag
+from monitor.identity import summarize
 from monitor.pricing import PriceMap
 from monitor.schema import OUTCOMES
 from monitor.store.base import Store
@@ -52,6 +54,8 @@ DEFAULT_ACTIVE_WINDOW_SECONDS = 2 * 3600.0
 LATENCY_BUCKETS_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 #: Minutes past ``now`` a windowed read includes (events stamped slightly ahead).
 WINDOW_LOOKAHEAD_SECONDS = 60
+#: Series the slices may take per scrape (exporter.max_series); past it the smallest are folded (budget.py).
+DEFAULT_MAX_SERIES = 20_000
 ExtraCollector = Any  # an object with collect(), or a callable returning metric families
 
 
@@ -99,7 +103,8 @@ class FleetCollector:
                  active_window_seconds: float = DEFAULT_ACTIVE_WINDOW_SECONDS,
                  extra_collectors: Iterable[ExtraCollector] = (),
                  consumer_lag: KafkaLag | None = None,
-                 latency_buckets: Sequence[float] = LATENCY_BUCKETS_SECONDS) -> None:
+                 latency_buckets: Sequence[float] = LATENCY_BUCKETS_SECONDS,
+                 max_series: int = DEFAULT_MAX_SERIES) -> None:
         self.store = store
         self.prices = prices
         self.now = now
@@ -110,6 +115,10 @@ class FleetCollector:
         self.extra_collectors = list(extra_collectors)
         self.consumer_lag = consumer_lag
         self.latency_buckets = tuple(sorted(float(b) for b in latency_buckets))
+        if max_series < 1:
+            raise ValueError(f"max_series must be >= 1, got {max_series!r}")
+        self.max_series = int(max_series)
+        self.folded_slices = 0
         self._bucket_names = [floatToGoString(b) for b in self.latency_buckets] + ["+Inf"]
         self._reader = SpanReader(store, MINUTE)
         # Rendered samples reused while the reader returns the very same aggregate
@@ -118,6 +127,7 @@ class FleetCollector:
         self._total_blocks: dict[str, TotalsEntry] = {}
         self._window_blocks: dict[tuple[str, str], WindowEntry] = {}
         self._lock = threading.Lock()  # concurrent scrapes share the caches
+        self._overflow_logged: set[str] = set()  # releases past monitor.identity's cap, logged once each
 
     def add_extra(self, collector: ExtraCollector) -> None:
         """Register one more extra collector (see the module docstring)."""
@@ -158,6 +168,13 @@ class FleetCollector:
         active = [sid for sid in ids if all_slices[sid] >= now - self.active_window_seconds]
         spans = [(now - seconds, now + WINDOW_LOOKAHEAD_SECONDS) for _name, seconds in self.windows]
         totals, sums = self._reader.read(spans, active, ids)
+        folded = apply_budget(totals, sums, self.max_series, self._series_per_slice(),
+                              2 + len(table.HEALTH_GAUGES))
+        if folded.folded_slices and not self.folded_slices:
+            log.warning("%d of %d slices folded into __other__ rows to stay within exporter.max_series = %d "
+                        "(fleetmon_exporter_folded_slices)", folded.folded_slices, len(totals), self.max_series)
+        self.folded_slices = folded.folded_slices
+        totals, sums = folded.totals, folded.windows
         windowed = []
         for (name, seconds), aggs in zip(self.windows, sums):
             first_start = MINUTE.start(now - seconds)
@@ -166,7 +183,26 @@ class FleetCollector:
         out = self._counters(totals, labels, now)
         out.extend(self._gauges(windowed, labels))
         out.extend(self._pipeline(len(active), dims))
+        out.extend(self._releases())
         return out
+
+    def _series_per_slice(self) -> int:
+        """Series of one slice's totals: outcomes, simple counters, cost, token types, the latency histogram."""
+        return len(OUTCOMES) + 1 + len(table.SIMPLE_COUNTERS) + 1 + 3 + len(self.latency_buckets) + 3
+
+    def _releases(self) -> list[Metric]:
+        """``fleetmon_release_info`` and ``_identity_changes_total`` per release label the guard admitted."""
+        info = metric_family(table.RELEASE_INFO)
+        changes = metric_family(table.RELEASE_IDENTITY_CHANGES)
+        for release, found in sorted(summarize(self.store.release_identities()).items()):
+            info.add_metric([release, *found.current], 1.0)
+            changes.add_metric([release], found.changes)
+            if found.overflow and release not in self._overflow_logged:
+                self._overflow_logged.add(release)
+                log.warning("release %r has more than %d version tuples (%d more offered): its label is reused "
+                            "across deploys; fleetmon_release_identity_changes_total keeps counting", release,
+                            found.tuples, found.overflow)
+        return [info, changes]
 
     def _counters(self, totals: Mapping[str, Aggregate], labels: Mapping[str, SliceLabels],
                   now: float) -> list[Metric]:
@@ -277,6 +313,11 @@ class FleetCollector:
                 out.append(family)
         out.append(metric_family(table.ACTIVE_SLICES, value=n_active))
         out.extend(metric_family(spec, value=counters.get(name, 0)) for spec, name in table.PAIRING_COUNTERS)
+        generation = self.store.generation()
+        out.append(metric_family(table.STATE_RESTORES, value=generation.restores))
+        out.append(metric_family(table.STATE_GENERATION, value=generation.number))
+        out.append(metric_family(table.MAX_SERIES, value=self.max_series))
+        out.append(metric_family(table.FOLDED_SLICES, value=self.folded_slices))
         return out
 
 

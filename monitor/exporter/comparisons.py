@@ -24,9 +24,14 @@ from monitor.exporter.families import (
     COMPARISON_EFFECT_UPPER,
     COMPARISON_FIRING,
     COMPARISON_PAIRS,
+    COMPARISON_PAIRS_NEEDED,
+    COMPARISON_STATE,
     MetricSpec,
 )
 from monitor.slices import COMPARISON_EXCLUDED_DIMENSIONS
+
+#: ``fleetmon_comparison_state``'s ``state`` values (alerts.comparison_state.STATES; one-hot per comparison).
+STATES = ("warming", "no_evidence", "pending", "firing", "resolved")
 
 #: The slice dimensions a comparison is labelled with by default.
 SLICE_DIMENSIONS = ("task_type", "tenant", "locale")
@@ -35,6 +40,7 @@ SLICE_DIMENSIONS = ("task_type", "tenant", "locale")
 _VALUED: tuple[tuple[MetricSpec, str], ...] = (
     (COMPARISON_EFFECT, "effect"), (COMPARISON_EFFECT_LOWER, "effect_lower"),
     (COMPARISON_EFFECT_UPPER, "effect_upper"), (COMPARISON_E_VALUE, "e_value"), (COMPARISON_PAIRS, "pairs"),
+    (COMPARISON_PAIRS_NEEDED, "pairs_needed"),
 )
 
 FindingsSource = Callable[[], list[dict[str, Any]]]
@@ -51,18 +57,23 @@ class ComparisonCollector:
         valued = [(metric_family(spec, self.dimensions), field) for spec, field in _VALUED]
         firing = metric_family(COMPARISON_FIRING, self.dimensions)
         discordant = metric_family(COMPARISON_DISCORDANT, self.dimensions)
+        state = metric_family(COMPARISON_STATE, self.dimensions)
         for row in self.source():
             dims = dict(row["slice"])
             values = [row["baseline"], row["candidate"], row["arm"], row["metric"],
                       *(dims.get(d, "") for d in self.dimensions)]
             for family, field in valued:
-                value = row[field]
+                value = row.get(field)  # pairs_needed: None for kinds without an estimate
                 if isinstance(value, (int, float)) and not math.isnan(value):
                     family.add_metric(values, float(value))
             firing.add_metric(values, 1.0 if row["firing"] else 0.0)
+            if row.get("state") in STATES:  # a snapshot from before the states has none
+                for name in STATES:
+                    state.add_metric([*values, name], 1.0 if row["state"] == name else 0.0)
             if row["arm"] == "shadow" and row["metric"] == "success_regression":
                 discordant.add_metric([*values, "b"], row["b"])
                 discordant.add_metric([*values, "c"], row["c"])
         yield from (family for family, _field in valued)
         yield firing
         yield discordant
+        yield state

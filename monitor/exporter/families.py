@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from monitor.identity import COMPONENTS as IDENTITY_COMPONENTS
+
 #: Stands in :attr:`MetricSpec.labels` for the slice labels (one per slice dimension).
 SLICE = "<slice>"
 
@@ -145,8 +147,23 @@ PAIRING_COUNTERS = (
     (_counter("fleetmon_pairs_duplicate_half", "Shadow halves ignored because a half of the same arm and "
               "pair_id was already waiting"), "pairs_duplicate_half"),
 )
+STATE_RESTORES = _counter("fleetmon_state_restores", "Restores of the store from Kafka by workers that found it "
+                          "had lost state they applied (Redis restarted empty, rolled back or flushed)")
+STATE_GENERATION = _gauge("fleetmon_state_generation", "The store's state generation: Unix time in ms of the "
+                          "first apply into it (a change = the state was lost; 0 before the first apply)")
+MAX_SERIES = _gauge("fleetmon_exporter_max_series", "The exporter's series budget (exporter.max_series)")
+FOLDED_SLICES = _gauge("fleetmon_exporter_folded_slices", "Slices this scrape folded into their release and "
+                       "arm's __other__ row to stay within the series budget (0: every slice exported)")
 PIPELINE_FAMILIES = (DLQ_RECORDS, LATE_EVENTS, FOLDED_LABEL_VALUES, APPLIED_OFFSET, CONSUMER_LAG, ACTIVE_SLICES,
-                     SCRAPE_DURATION, STORE_UP, EXPORTER_UP, *(spec for spec, _counter_name in PAIRING_COUNTERS))
+                     SCRAPE_DURATION, STORE_UP, EXPORTER_UP, *(spec for spec, _counter_name in PAIRING_COUNTERS),
+                     STATE_RESTORES, STATE_GENERATION, MAX_SERIES, FOLDED_SLICES)
+
+# -- release identities (monitor.identity; one series per release label the guard admitted) -------------------
+RELEASE_INFO = _gauge("fleetmon_release_info", "Always 1: the release label's current version tuple (the one "
+                      "seen latest in event time; empty = not sent)", "release", *IDENTITY_COMPONENTS)
+RELEASE_IDENTITY_CHANGES = _counter("fleetmon_release_identity_changes", "Version tuples seen under the release "
+                                    "label beyond its first (a deploy nobody re-labelled)", "release")
+RELEASE_FAMILIES = (RELEASE_INFO, RELEASE_IDENTITY_CHANGES)
 
 # -- release comparisons (the alert engine's latest findings) ----------------------------------------------
 _COMPARED = ("baseline", "candidate", "arm", "metric", SLICE)
@@ -164,8 +181,14 @@ COMPARISON_FIRING = _gauge("fleetmon_comparison_firing", "1 when the decision ru
                            "beyond the floor).", *_COMPARED)
 COMPARISON_DISCORDANT = _gauge("fleetmon_comparison_discordant", "Discordant shadow pairs: kind b = "
                                "baseline-only success, c = candidate-only.", *_COMPARED, "kind")
+COMPARISON_STATE = _gauge("fleetmon_comparison_state", "1 for the comparison's current state, 0 for the others "
+                          "(warming, no_evidence, pending, firing, resolved; docs/alerts.md)", *_COMPARED, "state")
+COMPARISON_PAIRS_NEEDED = _gauge("fleetmon_comparison_pairs_needed", "Planning estimate of the pairs needed to "
+                                 "detect a drop of twice the floor (success regressions; docs/metrics.md)",
+                                 *_COMPARED)
 COMPARISON_FAMILIES = (COMPARISON_EFFECT, COMPARISON_EFFECT_LOWER, COMPARISON_EFFECT_UPPER, COMPARISON_E_VALUE,
-                       COMPARISON_PAIRS, COMPARISON_FIRING, COMPARISON_DISCORDANT)
+                       COMPARISON_PAIRS, COMPARISON_FIRING, COMPARISON_DISCORDANT, COMPARISON_STATE,
+                       COMPARISON_PAIRS_NEEDED)
 
 #: Every exported family, once.
-METRICS = (*TOTALS_FAMILIES, *WINDOW_FAMILIES, *PIPELINE_FAMILIES, *COMPARISON_FAMILIES)
+METRICS = (*TOTALS_FAMILIES, *WINDOW_FAMILIES, *PIPELINE_FAMILIES, *RELEASE_FAMILIES, *COMPARISON_FAMILIES)

@@ -15,249 +15,174 @@ tasks both ran). Definitions:
 * McNemar — on per-task outcomes, a task counting as solved when its success
   fraction is >= 0.5, over the tasks both agents ran;
 * bootstrap differences are candidate − baseline.
+
+Many agents (issue 14): every agent gets the full summary
+(:mod:`monitor.offline.summary`); every other agent is compared with the
+baseline (:mod:`monitor.offline.paired`) and the McNemar and success p-values
+are adjusted across those comparisons (``adjust``: Benjamini–Hochberg by
+default, Holm, or none); the cost–success frontier comes from
+:mod:`monitor.offline.frontier` and the per-slice tests from
+:mod:`monitor.offline.slicing`. With exactly two agents the report also
+carries the two-agent keys of the original report, unchanged.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from monitor.pricing import PriceMap
-from monitor.schema import Trace
-from monitor.stats.intervals import wilson_interval
-from monitor.stats.paired import mcnemar
+from monitor.identity import identity_changes
+from monitor.offline.frontier import frontier_steps
+from monitor.offline.paired import paired_block, paired_steps
+from monitor.offline.slicing import (
+    assemble_slice_comparisons,
+    assemble_slice_table,
+    candidate_slice_steps,
+    slice_table,
+    slice_table_steps,
+)
+from monitor.offline.summary import summarize_agent, summary_steps
+from monitor.offline.trials import AgentTrials, group_trials
+from monitor.stats.multiple import ADJUST_METHODS, adjust_p_values
 from monitor.stats.pareto import Point, iso_cost_statement, iso_success_statement, pareto_verdict
-from monitor.stats.passk import mean_pass_at_k, mean_pass_hat_k
-from monitor.stats.resample import ResampleCache, percentile_summary, resample_sums
+from monitor.stats.power import minimum_detectable_effect
+from monitor.stats.resample import ResampleCache, Step, run_batched
 
-FloatArray = npt.NDArray[np.float64]
-
-
-@dataclass
-class AgentTrials:
-    """One agent's trials grouped by task, in first-seen task order."""
-
-    name: str
-    task_ids: list[str]
-    trials: np.ndarray          # per task
-    successes: np.ndarray       # per task
-    cost_usd: np.ndarray        # per task, summed over trials
-    harmful: np.ndarray         # per task
-    task_tags: list[Mapping[str, str]]
-    trial_latency_seconds: np.ndarray
-    trial_steps_solved: np.ndarray
-    trial_tokens_solved: np.ndarray
-    index: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def n_trials(self) -> int:
-        return int(self.trials.sum())
-
-
-def group_trials(name: str, traces: Sequence[Trace], prices: PriceMap) -> AgentTrials:
-    """Group traces by ``task_id`` (a trace without one is a task of its own)."""
-    index: dict[str, int] = {}
-    trials: list[int] = []
-    successes: list[int] = []
-    cost: list[float] = []
-    harmful: list[int] = []
-    tags: list[Mapping[str, str]] = []
-    latency: list[float] = []
-    steps_solved: list[float] = []
-    tokens_solved: list[float] = []
-    for trace in traces:
-        task = trace.task_id if trace.task_id is not None else trace.trace_id
-        i = index.get(task)
-        if i is None:
-            i = index[task] = len(trials)
-            trials.append(0)
-            successes.append(0)
-            cost.append(0.0)
-            harmful.append(0)
-            tags.append(_slice_values(trace))
-        trials[i] += 1
-        successes[i] += trace.success
-        harmful[i] += trace.harmful_action
-        cost[i] += prices.cost_usd(trace.model_id, trace.ts, trace.tokens_in, trace.tokens_cached_in,
-                                   trace.tokens_out, trace.fees_usd)
-        if trace.latency_seconds is not None:
-            latency.append(trace.latency_seconds)
-        if trace.success:
-            steps_solved.append(trace.steps)
-            tokens_solved.append(trace.tokens_in + trace.tokens_out)
-    return AgentTrials(name, list(index), np.array(trials), np.array(successes), np.array(cost),
-                       np.array(harmful), tags, np.array(latency), np.array(steps_solved),
-                       np.array(tokens_solved), index)
-
-
-def _slice_values(trace: Trace) -> dict[str, str]:
-    values = dict(trace.tags)
-    for name in ("task_type", "tenant", "locale"):
-        value = getattr(trace, name)
-        if value is not None:
-            values[name] = value
-    return values
-
-
-def _nan_to_none(value: float) -> float | None:
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
-
-
-def _mean_or_none(values: np.ndarray) -> float | None:
-    """The mean, or None when there are no values or the mean is nan."""
-    return _nan_to_none(float(values.mean())) if values.size else None
-
-
-def _quantiles(values: np.ndarray) -> dict[str, float | None]:
-    if values.size == 0:
-        return {"p50": None, "p95": None, "p99": None}
-    p50, p95, p99 = np.percentile(values, [50, 95, 99])
-    return {"p50": float(p50), "p95": float(p95), "p99": float(p99)}
-
-
-def _ci(draws: np.ndarray, confidence: float) -> list[float]:
-    tail = (1 - confidence) / 2
-    finite = draws[np.isfinite(draws)]
-    if finite.size == 0:
-        return [math.nan, math.nan]
-    return [float(x) for x in np.quantile(finite, [tail, 1 - tail])]
-
-
-def _safe_div(a: FloatArray, b: FloatArray) -> FloatArray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return a / b
-
-
-def summarize_agent(agent: AgentTrials, ks: Sequence[int], confidence: float, n_resamples: int,
-                    seed: int | None, cache: ResampleCache | None = None) -> dict[str, Any]:
-    """The per-agent block of the report (see the module docstring)."""
-    n_tasks = len(agent.task_ids)
-    rates = agent.successes / agent.trials
-    draws = resample_sums(np.column_stack([rates, agent.cost_usd, agent.successes]), n_resamples, seed,
-                          cache=cache)
-    any_pass = int((agent.successes > 0).sum())
-    any_low, any_high = wilson_interval(any_pass, n_tasks, confidence)
-    per_task = list(zip(agent.trials.tolist(), agent.successes.tolist()))
-    pass_at, pass_hat = {}, {}
-    for k in ks:
-        feasible = all(n >= k for n, _ in per_task)
-        pass_at[str(k)] = float(mean_pass_at_k(per_task, k)) if feasible else None
-        pass_hat[str(k)] = float(mean_pass_hat_k(per_task, k)) if feasible else None
-    total_cost = float(agent.cost_usd.sum())
-    total_successes = int(agent.successes.sum())
-    cost_per_solved = total_cost / total_successes if total_successes else math.inf
-    return {
-        "n_tasks": n_tasks,
-        "n_trials": agent.n_trials,
-        "success": {"rate": float(rates.mean()), "ci": _ci(draws[:, 0] / n_tasks, confidence),
-                    "unit": "task (macro)", "method": "bootstrap over tasks"},
-        "any_pass": {"rate": any_pass / n_tasks, "ci": [any_low, any_high], "method": "wilson"},
-        "pass_at_k": pass_at,
-        "pass_hat_k": pass_hat,
-        "cost_usd": total_cost,
-        "cost_per_trial_usd": total_cost / agent.n_trials,
-        "cost_per_solved_usd": cost_per_solved,
-        "cost_per_solved_ci": _ci(_safe_div(draws[:, 1], draws[:, 2]), confidence),
-        "latency_s": _quantiles(agent.trial_latency_seconds),
-        "steps_solved_mean": _mean_or_none(agent.trial_steps_solved),
-        "tokens_solved_mean": _mean_or_none(agent.trial_tokens_solved),
-        "harmful_action_rate": float(agent.harmful.sum() / agent.n_trials),
-    }
-
-
-def paired_block(base: AgentTrials, cand: AgentTrials, confidence: float, n_resamples: int,
-                 seed: int | None, cache: ResampleCache | None = None) -> dict[str, Any]:
-    """McNemar and the paired bootstraps over the tasks both agents ran."""
-    common = [t for t in base.task_ids if t in cand.index]
-    bi = np.array([base.index[t] for t in common], dtype=int)
-    ci = np.array([cand.index[t] for t in common], dtype=int)
-    out: dict[str, Any] = {"n_common_tasks": len(common),
-                           "only_baseline_tasks": len(base.task_ids) - len(common),
-                           "only_candidate_tasks": len(cand.task_ids) - len(common)}
-    if not common:
-        out["mcnemar"] = None
-        out["bootstrap"] = None
-        return out
-    rate_b = base.successes[bi] / base.trials[bi]
-    rate_c = cand.successes[ci] / cand.trials[ci]
-    solved_b, solved_c = rate_b >= 0.5, rate_c >= 0.5
-    result = mcnemar(int((solved_b & ~solved_c).sum()), int((~solved_b & solved_c).sum()), len(common))
-    out["mcnemar"] = {"b": result.b, "c": result.c, "n": result.n, "n_discordant": result.n_discordant,
-                      "p_exact": result.p_exact, "chi2": result.chi2, "p_chi2": result.p_chi2,
-                      "net_flip": result.net_flip, "solved_threshold": 0.5}
-    columns = np.column_stack([
-        rate_b, rate_c,
-        base.cost_usd[bi], base.trials[bi], cand.cost_usd[ci], cand.trials[ci],
-        base.successes[bi], cand.successes[ci],
-        base.harmful[bi] / base.trials[bi], cand.harmful[ci] / cand.trials[ci],
-    ])
-    sums = resample_sums(columns, n_resamples, seed, cache=cache)
-    point = columns.sum(axis=0)
-    n = len(common)
-
-    def success_diff(s: FloatArray) -> FloatArray:
-        return (s[..., 1] - s[..., 0]) / n
-
-    def cost_diff(s: FloatArray) -> FloatArray:
-        return _safe_div(s[..., 4], s[..., 5]) - _safe_div(s[..., 2], s[..., 3])
-
-    def cost_per_solved_ratio(s: FloatArray) -> FloatArray:
-        return _safe_div(_safe_div(s[..., 4], s[..., 7]), _safe_div(s[..., 2], s[..., 6]))
-
-    def harmful_diff(s: FloatArray) -> FloatArray:
-        return (s[..., 9] - s[..., 8]) / n
-
-    out["bootstrap"] = {
-        "unit": "task", "n_resamples": n_resamples, "seed": seed, "confidence": confidence,
-        "success_diff": percentile_summary(float(success_diff(point)), success_diff(sums), confidence),
-        "cost_diff": percentile_summary(float(cost_diff(point)), cost_diff(sums), confidence),
-        "harmful_diff": percentile_summary(float(harmful_diff(point)), harmful_diff(sums), confidence),
-    }
-    ratio_point = float(cost_per_solved_ratio(point))
-    ratio_draws = cost_per_solved_ratio(sums)
-    out["bootstrap"]["cost_per_solved_ratio"] = {"point": ratio_point, "ci": _ci(ratio_draws, confidence)}
-    return out
-
-
-def slice_table(agents: Sequence[AgentTrials], slice_by: Sequence[str]) -> dict[str, Any]:
-    """``{tag: {value: {agent: {rate, n_tasks}}}}`` — macro success within each slice."""
-    table: dict[str, Any] = {}
-    for tag in slice_by:
-        per_value: dict[str, dict[str, Any]] = {}
-        for agent in agents:
-            groups: dict[str, list[int]] = {}
-            for i, tags in enumerate(agent.task_tags):
-                groups.setdefault(tags.get(tag, "(none)"), []).append(i)
-            for value, idx in groups.items():
-                rates = agent.successes[idx] / agent.trials[idx]
-                per_value.setdefault(value, {})[agent.name] = {"rate": float(rates.mean()),
-                                                               "n_tasks": len(idx)}
-        table[tag] = dict(sorted(per_value.items()))
-    return table
+__all__ = ["AgentTrials", "compare", "compare_many", "group_trials", "paired_block", "slice_table",
+           "summarize_agent"]
 
 
 def compare(baseline: AgentTrials, candidate: AgentTrials, *, ks: Sequence[int] = (1, 2, 4),
             slice_by: Sequence[str] = (), confidence: float = 0.95, n_resamples: int = 10_000,
-            seed: int | None = 0) -> dict[str, Any]:
-    """The whole comparison report as a JSON-able dict."""
-    if baseline.name == candidate.name:
-        raise ValueError(f"baseline and candidate are both named {baseline.name!r}; "
-                         "name them apart (records' agent field or file names)")
+            seed: int | None = 0, adjust: str = "bh", success_threshold: float = 1.0) -> dict[str, Any]:
+    """The two-agent report (the original form) as a JSON-able dict; see :func:`compare_many`."""
+    return compare_many([baseline, candidate], ks=ks, slice_by=slice_by, confidence=confidence,
+                        n_resamples=n_resamples, seed=seed, adjust=adjust, success_threshold=success_threshold)
+
+
+def compare_many(agents: Sequence[AgentTrials], *, ks: Sequence[int] = (1, 2, 4), slice_by: Sequence[str] = (),
+                 confidence: float = 0.95, n_resamples: int = 10_000, seed: int | None = 0, adjust: str = "bh",
+                 success_threshold: float = 1.0) -> dict[str, Any]:
+    """The whole comparison report; ``agents[0]`` is the baseline.
+
+    Raises ValueError for fewer than two agents, two agents of one name or an
+    unknown ``adjust``.
+    """
+    if adjust not in ADJUST_METHODS:
+        raise ValueError(f"adjust must be one of {', '.join(ADJUST_METHODS)}, got {adjust!r}")
+    if len(agents) < 2:
+        raise ValueError(f"compare needs at least two agents, got {len(agents)}"
+                         + (f" ({agents[0].name})" if agents else ""))
+    names = [a.name for a in agents]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if len(agents) == 2:
+            raise ValueError(f"baseline and candidate are both named {twice[0]!r}; "
+                             "name them apart (records' agent field or file names)")
+        raise ValueError(f"agents named more than once: {', '.join(map(repr, twice))}; name them apart")
+    baseline, candidates = agents[0], list(agents[1:])
     cache: ResampleCache = {}  # one bootstrap draw per distinct number of tasks
-    agents = {a.name: summarize_agent(a, ks, confidence, n_resamples, seed, cache) for a in (baseline, candidate)}
-    paired = paired_block(baseline, candidate, confidence, n_resamples, seed, cache)
-    a, b = agents[baseline.name], agents[candidate.name]
+    steps: list[Step[Any]] = [summary_steps(a, ks, confidence, success_threshold) for a in agents]
+    steps += [paired_steps(baseline, c, confidence, n_resamples, seed) for c in candidates]
+    if slice_by:
+        steps += slice_table_steps(agents, slice_by, confidence)
+        steps += [candidate_slice_steps(baseline, c, slice_by, confidence, adjust) for c in candidates]
+    steps.append(frontier_steps(agents))
+    results = iter(run_batched(steps, n_resamples, seed, cache))  # every statistic, one pass per task set
+    summaries = {a.name: next(results) for a in agents}
+    comparisons = {c.name: next(results) for c in candidates}
+    slices: dict[str, Any] = {}
+    per_slice: dict[str, Any] = {}
+    if slice_by:
+        slices = assemble_slice_table(agents, slice_by, [next(results) for _ in agents])
+        per_slice = assemble_slice_comparisons(candidates, slice_by, [next(results) for _ in candidates])
+    frontier = next(results)
+    for family in ("mcnemar", "success"):
+        adjusted = adjust_p_values([_raw_p(block, family) for block in comparisons.values()], adjust)
+        for block, p in zip(comparisons.values(), adjusted):
+            block.setdefault("p_adjusted", {})[family] = p
+    for c in candidates:
+        block = comparisons[c.name]
+        block["changed"] = identity_changes(baseline.identity, c.identity)
+        block["minimum_detectable_effect"] = detectable_effect(baseline, c, block["mcnemar"])
+    report: dict[str, Any] = {"baseline": baseline.name}
+    if len(agents) == 2:
+        report.update(_two_agent_keys(baseline, candidates[0], summaries, comparisons[candidates[0].name]))
+        block = comparisons[candidates[0].name]
+        report.update({"baseline_identity": baseline.identity, "candidate_identity": candidates[0].identity,
+                       "changed": block["changed"], "minimum_detectable_effect": block["minimum_detectable_effect"]})
+    else:
+        report["agents"] = summaries
+    report.update({
+        "slices": slices,
+        "agent_order": names,
+        "adjust": adjust,
+        "confidence": confidence,
+        "success_threshold": success_threshold,
+        "comparisons": comparisons,
+        **frontier,
+        "slice_comparisons": per_slice,
+        "task_outcomes": task_outcomes(agents),
+        "identities": {a.name: {"current": a.identity, "tuples": a.identity_tuples} for a in agents},
+    })
+    return report
+
+
+def detectable_effect(baseline: AgentTrials, candidate: AgentTrials, mcnemar: dict[str, Any] | None,
+                      power: float = 0.8, alpha: float = 0.05) -> dict[str, Any] | None:
+    """The smallest success drop (points) the common tasks could detect with the exact McNemar test.
+
+    ``monitor.stats.power.minimum_detectable_effect`` at the observed discordance; None without
+    common tasks or when no drop reaches ``power``."""
+    n = int((mcnemar or {}).get("n", 0))
+    if n == 0:
+        return None
+    common = [baseline.index[t] for t in candidate.task_ids if t in baseline.index]
+    rate = sum(1 for i in common if baseline.successes[i] >= 0.5 * baseline.trials[i]) / len(common)
+    discordance = int(mcnemar["n_discordant"]) / n if mcnemar and mcnemar.get("n_discordant") else None
+    try:
+        effect = minimum_detectable_effect(n, rate, discordance=discordance, alpha=alpha, power=power)
+    except ValueError:
+        effect = None
+    return {"effect": effect, "power": power, "alpha": alpha, "discordance": discordance, "n_tasks": n,
+            "baseline_rate": rate, "test": "exact two-sided McNemar on the common tasks"}
+
+
+def task_outcomes(agents: Sequence[AgentTrials]) -> dict[str, Any]:
+    """The task x agent grid: each agent's success fraction per task (None: not run) and the flips.
+
+    ``task_ids`` is the union of tasks in first-seen order; ``flipped[candidate]`` lists the common
+    tasks whose solved status (success fraction >= 0.5, as McNemar counts it) differs from the
+    baseline's.
+    """
+    union = list(dict.fromkeys(t for a in agents for t in a.task_ids))
+    success: dict[str, list[float | None]] = {}
+    for agent in agents:
+        rates = (agent.successes / agent.trials).tolist()
+        success[agent.name] = [rates[agent.index[t]] if t in agent.index else None for t in union]
+    base = success[agents[0].name]
+    flipped = {a.name: [t for t, b, c in zip(union, base, success[a.name])
+                        if b is not None and c is not None and (b >= 0.5) != (c >= 0.5)] for a in agents[1:]}
+    return {"task_ids": union, "success": success, "flipped": flipped}
+
+
+def _raw_p(block: dict[str, Any], family: str) -> float | None:
+    """The unadjusted p of a comparison: McNemar's exact p, or the paired success bootstrap's p."""
+    if family == "mcnemar":
+        return (block["mcnemar"] or {}).get("p_exact")
+    p: float | None = ((block["bootstrap"] or {}).get("success_diff") or {}).get("p")
+    return p
+
+
+def _two_agent_keys(baseline: AgentTrials, candidate: AgentTrials, summaries: dict[str, Any],
+                    paired: dict[str, Any]) -> dict[str, Any]:
+    """The original two-agent report's keys, in their original order and with their original values."""
+    a, b = summaries[baseline.name], summaries[candidate.name]
     point_a = Point(baseline.name, a["cost_per_solved_usd"], a["success"]["rate"])
     point_b = Point(candidate.name, b["cost_per_solved_usd"], b["success"]["rate"])
     return {
-        "baseline": baseline.name,
         "candidate": candidate.name,
-        "agents": agents,
+        "agents": summaries,
         "n_common_tasks": paired["n_common_tasks"],
         "only_baseline_tasks": paired["only_baseline_tasks"],
         "only_candidate_tasks": paired["only_candidate_tasks"],
@@ -266,5 +191,4 @@ def compare(baseline: AgentTrials, candidate: AgentTrials, *, ks: Sequence[int] 
         "pareto": pareto_verdict(point_a, point_b),
         "iso_cost": iso_cost_statement(point_a, point_b),
         "iso_success": iso_success_statement(point_a, point_b),
-        "slices": slice_table((baseline, candidate), slice_by),
     }

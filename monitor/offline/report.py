@@ -2,34 +2,43 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from monitor.fmt import fixed
-
-
-def _num(value: Any, fmt: str = ".3f") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and math.isinf(value):
-        return "inf"
-    if isinstance(value, float) and math.isnan(value):
-        return "nan"
-    if isinstance(value, float) and fmt.endswith("f"):
-        return fixed(value, int(fmt.rstrip("f").lstrip("+")[1:] or 0), sign=fmt.startswith("+"))
-    return format(value, fmt)
-
-
-def _usd(value: Any) -> str:
-    return "$" + _num(value, ".4f") if value is not None and math.isfinite(value) else _num(value)
-
-
-def _ci(pair: Any, fmt: str = ".3f") -> str:
-    return f"[{_num(pair[0], fmt)}, {_num(pair[1], fmt)}]"
+from monitor.offline.report_sections import added_sections, many_agent_lines, slice_matrix_lines
+from monitor.offline.textfmt import _ci, _num, _usd
 
 
 def render_compare(report: Mapping[str, Any]) -> str:
+    """The terminal report: the two-agent table and tests, or the many-agent table; then the added sections."""
+    names = list(report.get("agent_order") or [report["baseline"], report["candidate"]])
+    if "candidate" in report:
+        lines = _two_agent_lines(report)
+    else:
+        lines = many_agent_lines(report)
+    for tag, values in report.get("slices", {}).items():
+        lines.append("")
+        if len(names) > 3:
+            lines += slice_matrix_lines(tag, values, names)
+            continue
+        lines.append(f"by {tag} (macro success, tasks):")
+        key_width = max([len(tag)] + [len(v) for v in values])
+        for value, per_agent in values.items():
+            cells = [f"{n}: {_num(per_agent[n]['rate'])} ({per_agent[n]['n_tasks']})" if n in per_agent
+                     else f"{n}: -" for n in names]
+            lines.append("  " + value.ljust(key_width + 2) + "   ".join(cells))
+    lines += added_sections(report)
+    gate = report.get("gate")
+    if gate:
+        lines.append("")
+        lines.append("gate: " + ("PASSED" if gate["passed"] else "FAILED"))
+        for check in gate["checks"]:
+            who = f"{check['candidate']}: " if "candidate" not in report and "candidate" in check else ""
+            lines.append(f"  [{'FAIL' if check['failed'] else 'ok'}] {who}{check['check']}: {check['detail']}")
+    return "\n".join(lines)
+
+
+def _two_agent_lines(report: Mapping[str, Any]) -> list[str]:
     names = [report["baseline"], report["candidate"]]
     agents = report["agents"]
     width = max(12, *(len(n) for n in names))
@@ -81,18 +90,4 @@ def render_compare(report: Mapping[str, Any]) -> str:
     lines.append("Pareto: " + report["pareto"])
     lines.append("Iso-cost: " + report["iso_cost"])
     lines.append("Iso-success: " + report["iso_success"])
-    for tag, values in report.get("slices", {}).items():
-        lines.append("")
-        lines.append(f"by {tag} (macro success, tasks):")
-        key_width = max([len(tag)] + [len(v) for v in values])
-        for value, per_agent in values.items():
-            cells = [f"{n}: {_num(per_agent[n]['rate'])} ({per_agent[n]['n_tasks']})" if n in per_agent
-                     else f"{n}: -" for n in names]
-            lines.append("  " + value.ljust(key_width + 2) + "   ".join(cells))
-    gate = report.get("gate")
-    if gate:
-        lines.append("")
-        lines.append("gate: " + ("PASSED" if gate["passed"] else "FAILED"))
-        for check in gate["checks"]:
-            lines.append(f"  [{'FAIL' if check['failed'] else 'ok'}] {check['check']}: {check['detail']}")
-    return "\n".join(lines)
+    return lines

@@ -22,7 +22,7 @@ from typing import Any
 from alerts.engine import AlertEngine
 from alerts.lifecycle import AlertEvent
 from alerts.notifiers import Notifier
-from alerts.wiring import caps, engine_config
+from alerts.wiring import engine_config
 from monitor.aggregate import Aggregate, health
 from monitor.config import Config
 from monitor.fold import fold
@@ -32,6 +32,7 @@ from monitor.schema import Trace, TraceError, validate
 from monitor.slices import CardinalityGuard, Slicer, parse_slice_id
 from monitor.store.base import Store
 from monitor.windows import resolutions_for
+from monitor.worker_settings import pair_caps
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Pipeline:
         self.slicer = Slicer(config.slices.dimensions, guard or CardinalityGuard(config.slices.max_values))
         self.resolutions = resolutions_for(config.seconds("windows", "minute_retention"),
                                            config.seconds("windows", "hour_retention"))
-        self.pairer = Pairer(self.prices, config.seconds("alerts", "pair_ttl"), caps(config))
+        self.pairer = Pairer(self.prices, config.seconds("alerts", "pair_ttl"), pair_caps(config))
         self.engine = AlertEngine(store, notifier, engine_config(config))
         self.tick_seconds = tick_seconds or config.seconds("alerts", "interval")
         self.on_invalid = on_invalid

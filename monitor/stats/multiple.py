@@ -22,7 +22,10 @@ import numpy as np
 
 from monitor.stats.intervals import _require_probability
 
-__all__ = ["benjamini_hochberg", "e_benjamini_hochberg", "holm"]
+__all__ = ["ADJUST_METHODS", "adjust_p_values", "benjamini_hochberg", "e_benjamini_hochberg", "holm"]
+
+#: The corrections ``adjust_p_values`` knows (``fleetmon compare --adjust``).
+ADJUST_METHODS = ("bh", "holm", "none")
 
 
 def _as_p_values(p_values: Sequence[float]) -> np.ndarray:
@@ -150,3 +153,30 @@ def e_benjamini_hochberg(e_values: Sequence[float], alpha: float = 0.05) -> np.n
     k_star = int(passing.max()) + 1
     rejected: np.ndarray = e >= thresholds[k_star - 1]
     return rejected
+
+
+def adjust_p_values(p_values: Sequence[float | None], method: str = "bh") -> list[float | None]:
+    """Adjusted p-values for one family of tests: ``"bh"`` (FDR), ``"holm"`` (FWER) or ``"none"``.
+
+    Missing tests (None or nan: a comparison with no data) stay None and are
+    not counted in the family size m. The rest are adjusted with
+    :func:`benjamini_hochberg` or :func:`holm` (the adjusted values do not
+    depend on ``alpha``); ``"none"`` returns them unchanged. Order is kept.
+    Raises ValueError for an unknown method or a p-value outside [0, 1].
+    """
+    if method not in ADJUST_METHODS:
+        raise ValueError(f"adjust must be one of {', '.join(ADJUST_METHODS)}, got {method!r}")
+    present = [i for i, p in enumerate(p_values) if p is not None and p == p]
+    out: list[float | None] = [None] * len(p_values)
+    if not present:
+        return out
+    values = _as_p_values([float(p_values[i]) for i in present])  # type: ignore[arg-type]
+    if method == "bh":
+        adjusted = benjamini_hochberg(values.tolist())[1]
+    elif method == "holm":
+        adjusted = holm(values.tolist())[1]
+    else:
+        adjusted = values
+    for i, value in zip(present, adjusted.tolist()):
+        out[i] = float(value)
+    return out

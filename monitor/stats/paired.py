@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import bdtr
 
 from monitor.stats.intervals import _require_int
 
@@ -80,7 +79,7 @@ def mcnemar(b: int, c: int, n: int) -> McNemarResult:
     if discordant == 0:
         p_exact, chi2, p_chi2 = 1.0, 0.0, 1.0
     else:
-        p_exact = min(1.0, 2.0 * float(bdtr(min(b, c), discordant, 0.5)))
+        p_exact = min(1.0, 2.0 * _binomial_half_cdf(min(b, c), discordant))
         chi2 = max(abs(b - c) - 1, 0) ** 2 / discordant
         # Chi-square with 1 df is Z^2: P(chi2_1 > x) = P(|Z| > sqrt(x)).
         p_chi2 = math.erfc(math.sqrt(chi2 / 2.0))
@@ -95,6 +94,28 @@ def mcnemar(b: int, c: int, n: int) -> McNemarResult:
         p_chi2=p_chi2,
         net_flip=net_flip,
     )
+
+
+#: Up to this many discordant pairs the tail is summed exactly in integers (well under 10 ms).
+_EXACT_TAIL_MAX_N = 20_000
+
+
+def _binomial_half_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2): sum_{i<=k} C(n, i) / 2^n.
+
+    Exact integer sum, correctly rounded by int / int, for n up to
+    _EXACT_TAIL_MAX_N (no scipy import on the usual path); beyond, scipy's
+    ``bdtr`` (imported here only).
+    """
+    if n > _EXACT_TAIL_MAX_N:
+        from scipy.special import bdtr
+
+        return float(bdtr(k, n, 0.5))
+    term = total = 1
+    for i in range(k):
+        term = term * (n - i) // (i + 1)
+        total += term
+    return total / (1 << n)
 
 
 def _as_outcomes(name: str, values: Sequence[bool]) -> np.ndarray:

@@ -13,11 +13,14 @@ import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from monitor.fmt import fixed
 
 __all__ = [
     "Point",
     "dominates",
+    "frontier_mask",
     "iso_cost_statement",
     "iso_success_statement",
     "pareto_frontier",
@@ -124,7 +127,8 @@ def _relative_saving(cheap: float, dear: float) -> str:
 
 
 def iso_success_statement(
-    a: Point, b: Point, *, success_tolerance: float = DEFAULT_SUCCESS_TOLERANCE
+    a: Point, b: Point, *, success_tolerance: float = DEFAULT_SUCCESS_TOLERANCE,
+    cost_unit: str = "solved task",
 ) -> str:
     """At (about) equal success, which release is cheaper per solved task, and by how much.
 
@@ -134,6 +138,8 @@ def iso_success_statement(
     one. Otherwise no iso-success comparison is possible from two points: the
     sentence says so, unless the cheaper release also succeeds at least as
     often, in which case it wins outright and the sentence says that.
+    ``cost_unit`` names what the cost is per in the sentence (the
+    multi-agent frontier passes "trial").
     """
     gap = abs(a.success - b.success)
     if gap <= success_tolerance:
@@ -142,18 +148,18 @@ def iso_success_statement(
             f" within {success_tolerance:g})"
         )
         if a.cost == b.cost:
-            return f"{matched}, both cost {_usd(a.cost)} per solved task."
+            return f"{matched}, both cost {_usd(a.cost)} per {cost_unit}."
         cheap, dear = (a, b) if a.cost < b.cost else (b, a)
         return (
-            f"{matched}, {cheap.name} is cheaper per solved task: {_usd(cheap.cost)} vs"
+            f"{matched}, {cheap.name} is cheaper per {cost_unit}: {_usd(cheap.cost)} vs"
             f" {_usd(dear.cost)} ({_relative_saving(cheap.cost, dear.cost)})."
         )
     better, worse = (a, b) if a.success > b.success else (b, a)
     if better.cost <= worse.cost:
         return (
             f"{better.name} reaches more than the success of {worse.name}"
-            f" ({_rate(better.success)} vs {_rate(worse.success)}) at no higher cost per solved"
-            f" task ({_usd(better.cost)} vs {_usd(worse.cost)}): it needs no iso-success"
+            f" ({_rate(better.success)} vs {_rate(worse.success)}) at no higher cost per"
+            f" {cost_unit} ({_usd(better.cost)} vs {_usd(worse.cost)}): it needs no iso-success"
             f" comparison to win."
         )
     return (
@@ -164,7 +170,8 @@ def iso_success_statement(
 
 
 def iso_cost_statement(
-    a: Point, b: Point, *, cost_rel_tolerance: float = DEFAULT_COST_REL_TOLERANCE
+    a: Point, b: Point, *, cost_rel_tolerance: float = DEFAULT_COST_REL_TOLERANCE,
+    cost_unit: str = "solved task",
 ) -> str:
     """At (about) equal cost per solved task, which release succeeds more, and by how much.
 
@@ -173,13 +180,14 @@ def iso_cost_statement(
     Then the success rates are compared directly, difference in rate points.
     Otherwise no iso-cost comparison is possible from two points: the sentence
     says so, unless the more successful release is also no more expensive, in
-    which case it wins outright and the sentence says that.
+    which case it wins outright and the sentence says that. ``cost_unit`` as
+    in :func:`iso_success_statement`.
     """
     both_inf = math.isinf(a.cost) and math.isinf(b.cost)
     larger = max(a.cost, b.cost)
     if both_inf or (not math.isinf(larger) and abs(a.cost - b.cost) <= cost_rel_tolerance * larger):
         matched = (
-            f"At matched cost per solved task ({a.name} {_usd(a.cost)}, {b.name} {_usd(b.cost)},"
+            f"At matched cost per {cost_unit} ({a.name} {_usd(a.cost)}, {b.name} {_usd(b.cost)},"
             f" within {cost_rel_tolerance:.0%})"
         )
         if a.success == b.success:
@@ -193,12 +201,43 @@ def iso_cost_statement(
     if cheap.success >= dear.success:
         return (
             f"{cheap.name} succeeds at least as often as {dear.name}"
-            f" ({_rate(cheap.success)} vs {_rate(dear.success)}) at a lower cost per solved task"
+            f" ({_rate(cheap.success)} vs {_rate(dear.success)}) at a lower cost per {cost_unit}"
             f" ({_usd(cheap.cost)} vs {_usd(dear.cost)}): it needs no iso-cost comparison to win."
         )
     return (
-        f"Cost per solved task differs by more than {cost_rel_tolerance:.0%}"
+        f"Cost per {cost_unit} differs by more than {cost_rel_tolerance:.0%}"
         f" ({a.name} {_usd(a.cost)}, {b.name} {_usd(b.cost)}), so there is no iso-cost"
         f" comparison: the more successful release ({dear.name}, {_rate(dear.success)} vs"
         f" {_rate(cheap.success)}) also costs more."
     )
+
+
+def frontier_mask(costs: object, successes: object) -> np.ndarray:
+    """Which points are on the Pareto frontier, for many point sets at once.
+
+    ``costs`` and ``successes`` have shape ``(r, m)``: r independent sets of m
+    points (bootstrap resamples x agents). Returns a bool ``(r, m)`` array,
+    True where no other point of the same row dominates (same rule as
+    :func:`dominates`: no worse on both axes, strictly better on one). A point
+    with a nan coordinate (an agent with no tasks in a resample) is never on
+    the frontier and dominates nothing. Memory: ``r * m * m`` booleans, done
+    in row chunks of about 4M.
+    """
+    cost = np.atleast_2d(np.asarray(costs, dtype=np.float64))
+    success = np.atleast_2d(np.asarray(successes, dtype=np.float64))
+    if cost.shape != success.shape:
+        raise ValueError(f"costs and successes must have the same shape, got {cost.shape} and {success.shape}")
+    rows, m = cost.shape
+    valid = ~(np.isnan(cost) | np.isnan(success))
+    out = np.zeros((rows, m), dtype=bool)
+    step = max(1, 4_000_000 // max(m * m, 1))
+    for start in range(0, rows, step):
+        c = cost[start:start + step]
+        s = success[start:start + step]
+        v = valid[start:start + step]
+        # dominated[r, j] = any_i valid_i and c_i <= c_j and s_i >= s_j and (c_i < c_j or s_i > s_j)
+        ci, cj = c[:, :, None], c[:, None, :]
+        si, sj = s[:, :, None], s[:, None, :]
+        dom = (ci <= cj) & (si >= sj) & ((ci < cj) | (si > sj)) & v[:, :, None]
+        out[start:start + step] = v & ~dom.any(axis=1)
+    return out

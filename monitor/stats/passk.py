@@ -26,7 +26,8 @@ import numpy as np
 
 from monitor.stats.intervals import _require_int
 
-__all__ = ["mean_pass_at_k", "mean_pass_hat_k", "pass_at_k", "pass_hat_k"]
+__all__ = ["mean_pass_at_k", "mean_pass_hat_k", "pass_at_k", "pass_at_k_per_task", "pass_hat_k",
+           "pass_hat_k_per_task"]
 
 # Bound on the (tasks x k) work matrix of the vectorised means: ~32 MB of float64.
 _MAX_MATRIX_ENTRIES = 4_000_000
@@ -90,6 +91,14 @@ def _per_task_arrays(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Validate every (n_i, c_i) pair, naming the task index on failure."""
     k_int = _require_int("k", k, minimum=1)
+    if isinstance(per_task, list) and per_task and all(type(item) is tuple for item in per_task):
+        # Fast path for plain int pairs (the report's own calls): checked at once, same result.
+        pairs = np.array(per_task, dtype=object)
+        if pairs.ndim == 2 and pairs.shape[1] == 2 and all(type(v) is int for v in pairs.ravel()):
+            counts = pairs.astype(np.int64)
+            n_all, c_all = counts[:, 0], counts[:, 1]
+            if bool(np.all((n_all >= k_int) & (c_all >= 0) & (c_all <= n_all))):
+                return n_all.astype(np.float64), c_all.astype(np.float64), k_int
     ns = np.empty(len(per_task), dtype=np.float64)
     cs = np.empty(len(per_task), dtype=np.float64)
     for index, item in enumerate(per_task):
@@ -144,3 +153,45 @@ def mean_pass_hat_k(per_task: Sequence[tuple[int, int]], k: int) -> float:
     if ns.size == 0:
         return math.nan
     return _mean_of_products(cs, ns, k)
+
+
+def _products(numerators: np.ndarray, denominators: np.ndarray, k: int) -> np.ndarray:
+    """Per task prod_{j<k} max(num_i - j, 0) / (den_i - j), in row chunks (den_i >= k)."""
+    offsets = np.arange(k, dtype=np.float64)
+    rows_per_chunk = max(1, _MAX_MATRIX_ENTRIES // k)
+    out = np.empty(numerators.size, dtype=np.float64)
+    for start in range(0, numerators.size, rows_per_chunk):
+        num = numerators[start : start + rows_per_chunk, None] - offsets
+        den = denominators[start : start + rows_per_chunk, None] - offsets
+        out[start : start + rows_per_chunk] = np.prod(np.maximum(num, 0.0) / den, axis=1)
+    return out
+
+
+def _count_arrays(trials: object, successes: object, k: object) -> tuple[np.ndarray, np.ndarray, int]:
+    k_int = _require_int("k", k, minimum=1)
+    ns = np.asarray(trials, dtype=np.float64).ravel()
+    cs = np.asarray(successes, dtype=np.float64).ravel()
+    if ns.size != cs.size:
+        raise ValueError(f"trials and successes must have equal lengths, got {ns.size} and {cs.size}")
+    bad = ~((ns >= k_int) & (cs >= 0) & (cs <= ns) & (ns == np.floor(ns)) & (cs == np.floor(cs)))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"task {i}: need integers k <= n and 0 <= c <= n, got n={ns[i]:g}, c={cs[i]:g}, k={k_int}")
+    return ns, cs, k_int
+
+
+def pass_at_k_per_task(trials: object, successes: object, k: int) -> np.ndarray:
+    """pass@k of every task at once (array in, array out); same values as :func:`pass_at_k`.
+
+    ``trials`` and ``successes`` are per-task counts (n_i, c_i). Vectorised for
+    the bootstrap over tasks; raises ValueError naming the first task whose
+    counts are not integers with k <= n_i and 0 <= c_i <= n_i.
+    """
+    ns, cs, k_int = _count_arrays(trials, successes, k)
+    return 1.0 - _products(ns - cs, ns, k_int)
+
+
+def pass_hat_k_per_task(trials: object, successes: object, k: int) -> np.ndarray:
+    """pass^k of every task at once; same values as :func:`pass_hat_k` (see :func:`pass_at_k_per_task`)."""
+    ns, cs, k_int = _count_arrays(trials, successes, k)
+    return _products(cs, ns, k_int)

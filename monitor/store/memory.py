@@ -5,9 +5,21 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from monitor import identity
 from monitor.aggregate import Aggregate
 from monitor.delta import BatchDelta
-from monitor.store.base import OffsetRange, PendingChanges, StoreError
+from monitor.store.base import (
+    AlreadyApplied,
+    Applied,
+    ApplyOutcome,
+    Expected,
+    Generation,
+    LostState,
+    OffsetRange,
+    PendingChanges,
+    StoreError,
+    new_generation_id,
+)
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
 
 
@@ -24,6 +36,8 @@ class MemoryStore:
         self._extra: dict[str, dict[str, float]] = {}
         self._pending: dict[str, dict[str, str]] = {}
         self._state: dict[str, str] = {}
+        self._generation = Generation()
+        self._identities: dict[str, dict[str, float]] = {}
 
     def apply(self, delta: BatchDelta, source: str | None = None, first_offset: int | None = None,
               last_offset: int | None = None) -> bool:
@@ -34,18 +48,49 @@ class MemoryStore:
         self._merge(delta, {source or "": (delta.pending_set, delta.pending_del)})
         if source is not None and last_offset is not None:
             self._offsets[source] = max(last_offset, self._offsets.get(source, -1))
+        if self._generation.id is None:  # the first apply starts the generation, as in Redis
+            self._generation = Generation(new_generation_id(), self._generation.restores)
         return True
 
     def apply_ranges(self, delta: BatchDelta, ranges: Sequence[OffsetRange],
                      pending: PendingChanges | None = None) -> tuple[str, int] | None:
+        outcome = self._apply_checked(delta, ranges, pending, None, new_generation_id())
+        return (outcome.source, outcome.watermark) if isinstance(outcome, AlreadyApplied) else None
+
+    def apply_verified(self, delta: BatchDelta, ranges: Sequence[OffsetRange], pending: PendingChanges | None,
+                       expected: Expected, new_generation: str) -> ApplyOutcome:
+        return self._apply_checked(delta, ranges, pending, expected, new_generation)
+
+    def _apply_checked(self, delta: BatchDelta, ranges: Sequence[OffsetRange], pending: PendingChanges | None,
+                       expected: Expected | None, new_generation: str) -> ApplyOutcome:
+        generation = self._generation.id
+        if expected is not None:
+            behind = {source: self._offsets.get(source) for source, mark in expected.watermarks.items()
+                      if self._offsets.get(source, -1) < mark}
+            if behind or (expected.generation is not None and expected.generation != generation):
+                return LostState(expected, generation, behind)
         for source, first, _last in ranges:
             mark = self._offsets.get(source)
             if mark is not None and first <= mark:
-                return source, mark
+                return AlreadyApplied(source, mark)
         self._merge(delta, pending or {})
         for source, _first, last in ranges:
             self._offsets[source] = max(last, self._offsets.get(source, -1))
-        return None
+        if generation is None:
+            generation = new_generation
+            self._generation = Generation(generation, self._generation.restores)
+        return Applied(generation)
+
+    def generation(self) -> Generation:
+        return self._generation
+
+    def count_restore(self) -> None:
+        self._generation = Generation(self._generation.id, self._generation.restores + 1)
+
+    def lose_state(self) -> None:
+        """Forget everything, as a Redis restarted without persistence would (for tests and ``fleetmon run``
+        drills); the next apply starts a new generation."""
+        vars(self).update(vars(MemoryStore(self.resolutions)))
 
     def _merge(self, delta: BatchDelta, pending: PendingChanges) -> None:
         for key, agg in delta.windows.items():
@@ -60,6 +105,8 @@ class MemoryStore:
             mine = self._extra.setdefault(pair_key, {})
             for name, value in fields.items():
                 mine[name] = mine.get(name, 0) + value
+        for release, fields in delta.identities.items():
+            identity.apply_to(self._identities.setdefault(release, {}), fields)
         for source, (starts, stops) in pending.items():
             gone = list(stops)
             if starts or gone:
@@ -112,6 +159,9 @@ class MemoryStore:
 
     def pending(self, source: str) -> dict[str, str]:
         return dict(self._pending.get(source, {}))
+
+    def release_identities(self) -> dict[str, dict[str, float]]:
+        return {release: dict(fields) for release, fields in self._identities.items()}
 
     def get_state(self, name: str) -> dict | None:
         text = self._state.get(name)

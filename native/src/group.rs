@@ -165,7 +165,13 @@ pub struct Grouper<'a> {
     pub groups: Vec<Group<'a>>,
     /// per part: traces folded and their latest event time
     pub parts: Vec<(usize, Option<f64>)>,
+    /// The version tuples seen (release, model_id, 4 hashes), in order of first position: (latest ts, first).
+    pub identities: Vec<(Identity<'a>, f64, usize)>,
+    identity_index: FxHashMap<Identity<'a>, usize>,
 }
+
+/// release, model_id, scaffold_hash, prompt_hash, tool_schema_hash, config_hash ("" when missing).
+pub type Identity<'a> = [Cow<'a, str>; 6];
 
 impl<'a> Grouper<'a> {
     pub fn new(ndims: usize, sizes: Vec<i64>, n_outcomes: usize, bucketing: Bucketing, n_parts: usize) -> Self {
@@ -178,6 +184,8 @@ impl<'a> Grouper<'a> {
             key: Vec::new(),
             groups: Vec::new(),
             parts: vec![(0, None); n_parts],
+            identities: Vec::new(),
+            identity_index: FxHashMap::default(),
         }
     }
 
@@ -215,6 +223,19 @@ impl<'a> Grouper<'a> {
             }
         };
         self.groups[slot].update(&t, &self.bucketing);
+        let [h0, h1, h2, h3] = &t.hashes;
+        let identity: Identity<'a> = [t.release.clone(), t.model_id.clone(), h0.clone(), h1.clone(), h2.clone(), h3.clone()];
+        match self.identity_index.get(&identity) {
+            Some(&i) => {
+                if t.ts > self.identities[i].1 {
+                    self.identities[i].1 = t.ts;
+                }
+            }
+            None => {
+                self.identity_index.insert(identity.clone(), self.identities.len());
+                self.identities.push((identity, t.ts, position));
+            }
+        }
         let stats = &mut self.parts[part];
         stats.0 += 1;
         stats.1 = Some(match stats.1 {

@@ -67,7 +67,9 @@ impl Folder {
     /// of ``(dimension values, window starts, counts, buckets, zero_count,
     /// latest_ts, first_position)`` in order of first position; ``slow`` the
     /// positions left to Python; ``parts`` per part ``(traces folded, their
-    /// latest event time or None)``.
+    /// latest event time or None)``; ``identities`` the version tuples seen,
+    /// ``((release, model_id, scaffold_hash, prompt_hash, tool_schema_hash,
+    /// config_hash), latest_ts, first_position)`` in order of first position.
     #[pyo3(signature = (values, now, part_lengths=None))]
     fn fold<'py>(&self, py: Python<'py>, values: &Bound<'py, PyList>, now: f64,
                  part_lengths: Option<Vec<usize>>) -> PyResult<Bound<'py, PyTuple>> {
@@ -168,7 +170,12 @@ impl Folder {
             let row = (PyTuple::new(py, dims)?, PyTuple::new(py, &g.starts)?, counts, buckets, g.zero, g.latest, g.first);
             groups.append(row)?;
         }
-        (groups, PyList::new(py, slow)?, PyList::new(py, &grouper.parts)?).into_pyobject(py)
+        let identities = PyList::empty(py);
+        for (identity, latest, first) in &grouper.identities {
+            let parts: Vec<&str> = identity.iter().map(|c| c.as_ref()).collect();
+            identities.append((PyTuple::new(py, parts)?, *latest, *first))?;
+        }
+        (groups, PyList::new(py, slow)?, PyList::new(py, &grouper.parts)?, identities).into_pyobject(py)
     }
 }
 

@@ -17,12 +17,12 @@ use std::fmt;
 
 /// The full-form field names the fast path reads (`monitor.schema.KNOWN_FIELDS`;
 /// a unit test checks the two lists are the same set).
-pub const KNOWN_FIELDS: [&str; 31] = [
+pub const KNOWN_FIELDS: [&str; 33] = [
     "trace_id", "ts", "model_id", "outcome", "arm", "tags", "trial", "fees_usd", "latency_ms",
     "user_signal", "scaffold_hash", "prompt_hash", "release", "pair_id", "task_type", "tenant",
     "locale", "task_id", "steps", "tool_calls", "tool_errors", "tokens_in", "tokens_out",
     "tokens_cached_in", "side_effects", "harmful_action", "refused", "prompt_injection", "ok",
-    "benign", "recontact_24h",
+    "benign", "recontact_24h", "tool_schema_hash", "config_hash",
 ];
 
 const F_TRACE_ID: usize = 0;
@@ -45,6 +45,11 @@ const F_FLAGS: std::ops::Range<usize> = 25..28;
 const F_OK: usize = 28;
 const F_BENIGN: usize = 29;
 const F_RECONTACT: usize = 30;
+/// `tool_schema_hash`, `config_hash`: optional strings (the rest of a release's version tuple).
+const F_EXTRA_STRINGS: std::ops::Range<usize> = 31..33;
+const F_RELEASE: usize = 12;
+const F_SCAFFOLD_HASH: usize = 10;
+const F_PROMPT_HASH: usize = 11;
 
 
 /// The string fields that can be slice dimensions (`monitor.schema._DIMENSION_FIELDS`).
@@ -59,6 +64,8 @@ pub fn dimension_field(name: &str) -> Option<usize> {
         "scaffold_hash" => Some(10),
         "prompt_hash" => Some(11),
         "task_id" => Some(17),
+        "tool_schema_hash" => Some(31),
+        "config_hash" => Some(32),
         _ => None,
     }
 }
@@ -97,6 +104,8 @@ pub fn field_index(key: &str) -> Option<usize> {
         "ok" => 28,
         "benign" => 29,
         "recontact_24h" => 30,
+        "tool_schema_hash" => 31,
+        "config_hash" => 32,
         _ => return None,
     })
 }
@@ -322,7 +331,7 @@ impl<'de, 's> Visitor<'de> for RecordSeed<'s> {
         let spec = self.spec;
         let ndims = spec.dims.len();
         let mut raw = Raw {
-            fields: Default::default(),
+            fields: std::array::from_fn(|_| None),
             tag_in_tags: vec![None; ndims],
             tag_top: vec![None; ndims],
             tags_is_map: false,
@@ -404,6 +413,10 @@ pub struct Fast<'a> {
     pub benign: bool,
     pub fees_usd: f64,
     pub latency_seconds: Option<f64>,
+    /// The release's version tuple (`monitor.identity.COMPONENTS`, missing = ""): release (falls back to
+    /// model_id like the dimension), then scaffold_hash, prompt_hash, tool_schema_hash, config_hash.
+    pub release: Cow<'a, str>,
+    pub hashes: [Cow<'a, str>; 4],
 }
 
 pub const C_STEPS: usize = 0;
@@ -529,6 +542,13 @@ fn check<'a>(raw: Raw<'a>, spec: &'a Spec) -> Result<Fast<'a>, ()> {
             return Err(());
         }
     }
+    let mut extra: [Option<Cow<'a, str>>; F_EXTRA_STRINGS.end - F_EXTRA_STRINGS.start] = Default::default();
+    for (slot, i) in extra.iter_mut().zip(F_EXTRA_STRINGS) {
+        *slot = optional_text(&f[i])?;
+        if slot.as_ref().is_some_and(|s| !label_ok(s, spec.max_label_chars)) {
+            return Err(());
+        }
+    }
     if spec.pair_id_slow && strings[F_PAIR_ID - F_STRINGS.start].is_some() {
         return Err(());
     }
@@ -574,6 +594,7 @@ fn check<'a>(raw: Raw<'a>, spec: &'a Spec) -> Result<Fast<'a>, ()> {
                 Some(s) if !s.is_empty() => Some(s.clone()),
                 _ => Some(model_id.clone()),
             },
+            Dim::Field(idx) if F_EXTRA_STRINGS.contains(idx) => extra[*idx - F_EXTRA_STRINGS.start].clone(),
             Dim::Field(idx) => strings[*idx - F_STRINGS.start].clone(),
             Dim::Tag(_) => {
                 // `tags` wins over an unknown top-level field of the same name
@@ -593,8 +614,17 @@ fn check<'a>(raw: Raw<'a>, spec: &'a Spec) -> Result<Fast<'a>, ()> {
         };
         dims.push(value.filter(|s| !s.is_empty()));
     }
+    let text_of = |v: &Option<Cow<'a, str>>| v.clone().unwrap_or(Cow::Borrowed(""));
+    let release = match &strings[F_RELEASE - F_STRINGS.start] {
+        Some(s) if !s.is_empty() => s.clone(),
+        _ => model_id.clone(),
+    };
+    let hashes = [text_of(&strings[F_SCAFFOLD_HASH - F_STRINGS.start]), text_of(&strings[F_PROMPT_HASH - F_STRINGS.start]),
+                  text_of(&extra[0]), text_of(&extra[1])];
     Ok(Fast {
         ts,
+        release,
+        hashes,
         model_id,
         outcome,
         success,

@@ -64,18 +64,26 @@ class Comparisons:
     """Stands in for the alert engine's evidence collector (monitor/exporter/comparisons.py)."""
 
     def __init__(self, baseline, candidate):
-        self.values = [baseline, candidate, "shadow", "success_regression", "code", "", ""]
+        # the whole comparison (no slice label) and one slice
+        self.rows = [[baseline, candidate, "shadow", "success_regression", "", "", ""],
+                     [baseline, candidate, "shadow", "success_regression", "code", "", ""]]
 
     def collect(self):
         for name, value in (("effect", 0.031), ("effect_lower", 0.004), ("effect_upper", 0.058),
-                            ("e_value", 27.0), ("pairs", 812), ("firing", 1)):
+                            ("e_value", 27.0), ("pairs", 812), ("firing", 1), ("pairs_needed", 4226)):
             family = GaugeMetricFamily("fleetmon_comparison_" + name, name, labels=LABELS)
-            family.add_metric(self.values, value)
+            for values in self.rows:
+                family.add_metric(values, value)
             yield family
         family = GaugeMetricFamily("fleetmon_comparison_discordant", "b/c", labels=LABELS + ["kind"])
-        family.add_metric(self.values + ["b"], 61)
-        family.add_metric(self.values + ["c"], 36)
+        state = GaugeMetricFamily("fleetmon_comparison_state", "one-hot", labels=LABELS + ["state"])
+        for values in self.rows:
+            family.add_metric(values + ["b"], 61)
+            family.add_metric(values + ["c"], 36)
+            for name in ("warming", "no_evidence", "pending", "firing", "resolved"):
+                state.add_metric(values + [name], 1.0 if name == "firing" else 0.0)
         yield family
+        yield state
 
 
 def factory(store, prices):
@@ -255,6 +263,10 @@ def dashboard_queries() -> list[tuple[str, str, str]]:
         for panel in model["panels"]:
             for target in panel.get("targets", []):
                 out.append((name, panel["title"], re.sub(r"\$\{?\w+\}?", ".*", target["expr"])))
+        for annotation in model.get("annotations", {}).get("list", []):  # the release-change annotations
+            if annotation.get("expr"):
+                out.append((name, f"annotation {annotation['name']}", re.sub(r"\$\{?\w+\}?", ".*",
+                                                                            annotation["expr"])))
     return out
 
 
@@ -385,6 +397,7 @@ def test_exporter_text_parses_and_no_unguarded_label_escapes_a_100k_tenant_burst
     cap = 20
     slicer = Slicer(guard=RedisGuard(store, max_values=cap))
     now = time.time()
+    from monitor.identity import COMPONENTS as IDENTITY_COMPONENTS
     from monitor.schema import Trace
 
     traces = [Trace(trace_id=f"b{i}", ts=now - (i % 600), model_id="m", release="burst", success=i % 3 != 0,
@@ -413,7 +426,7 @@ def test_exporter_text_parses_and_no_unguarded_label_escapes_a_100k_tenant_burst
                 folded = sample.value
             # label names: the slice dimensions plus the exporter's own labels, nothing else
             assert set(sample.labels) <= {*SLICE_DIMENSIONS, "window", "outcome", "type", "le", "source",
-                                          "dimension"}, sample
+                                          "dimension", *IDENTITY_COMPONENTS}, sample
     assert tenants <= admitted | {"__other__"}
     assert "__other__" in tenants
     assert folded == 100_000 - cap

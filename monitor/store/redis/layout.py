@@ -12,8 +12,10 @@ Key layout (``P`` = key prefix, default ``fleetmon``):
 ``P:slices``                              zset, slice id → latest event time
 ``P:counters``                            hash, ``traces``, ``dlq``, ``late``, ``folded:<dim>``
 ``P:offsets``                             hash, ``<topic>:<partition>`` → last applied offset
+``P:generation``                          hash, ``id`` (the state's generation) and ``restores``
 ``P:dims:<dim>``                          set, admitted values of a slice dimension
 ``P:x:<name>``                            hash, additive extras (paired evidence per comparison)
+``P:id:<release>``                        hash, version tuple → latest event time (:mod:`monitor.identity`)
 ``P:pending:<topic>:<partition>``         hash, pair_id → the half of a shadow pair still waiting
 ``P:state:<name>``                        string, JSON state (the alert engine's lifecycle)
 ========================================  =========================================
@@ -22,6 +24,10 @@ Window and totals hashes hold an aggregate's fields (:meth:`monitor.aggregate.Ag
 their ``traces`` field (:data:`VERSION_FIELD`) grows with every write, so readers use a totals hash's
 as the slice's version. ``<bucket>`` is the window start aligned down to :data:`COUNT_BUCKET_WINDOWS`
 windows; a count field equals the ``traces`` of its window hash (both written by one atomic apply).
+
+The generation hash names the state's lineage: the first apply into a Redis without it writes
+``id`` (:data:`GENERATION_ID_FIELD`), so a Redis that restarted empty or was flushed gets a new
+one; ``restores`` counts the workers' restores from Kafka (:mod:`streams.restore`).
 """
 
 from __future__ import annotations
@@ -36,13 +42,19 @@ TOTALS = "t"
 SLICES = "slices"
 COUNTERS = "counters"
 OFFSETS = "offsets"
+GENERATION = "generation"
 DIMS = "dims"
 PAIRED = "x"
+IDENTITY = "id"
 PENDING = "pending"
 STATE = "state"
 
 #: The field of a window or totals hash that counts its traces: a slice's version for readers.
 VERSION_FIELD = "traces"
+
+#: The fields of the generation hash: the generation's id and the restores counted in it.
+GENERATION_ID_FIELD = "id"
+RESTORES_FIELD = "restores"
 
 #: Windows per count hash (``P:wc:...``): an hour of minute windows, 60 hours of hour windows.
 COUNT_BUCKET_WINDOWS = 60
@@ -89,6 +101,9 @@ class KeyLayout:
     def offsets(self) -> str:
         return f"{self.prefix}:{OFFSETS}"
 
+    def generation(self) -> str:
+        return f"{self.prefix}:{GENERATION}"
+
     def dims(self, dim: str) -> str:
         return f"{self.prefix}:{DIMS}:{dim}"
 
@@ -98,6 +113,13 @@ class KeyLayout:
 
     def paired(self, name: str) -> str:
         return f"{self.paired_base()}{name}"
+
+    def identity_base(self) -> str:
+        """What every ``id:`` key starts with; the rest is the release label."""
+        return f"{self.prefix}:{IDENTITY}:"
+
+    def identity(self, release: str) -> str:
+        return f"{self.identity_base()}{release}"
 
     def pending(self, source: str | None) -> str:
         return f"{self.prefix}:{PENDING}:{source or ''}"

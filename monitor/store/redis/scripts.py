@@ -23,15 +23,36 @@ WHOLE_TOTALS, TOTALS_FLOATS = "whole", "floats"
 def _lua(text: str) -> str:
     """``text`` with ``$name`` replaced by the layout's names (Lua itself never uses ``$``)."""
     return Template(text).substitute(
-        version=layout.VERSION_FIELD, offsets=layout.OFFSETS, latency=LATENCY_PREFIX,
+        version=layout.VERSION_FIELD, offsets=layout.OFFSETS, generation_id=layout.GENERATION_ID_FIELD,
+        latency=LATENCY_PREFIX,
         latency_length=len(LATENCY_PREFIX), latency_zero=LATENCY_PREFIX + ZERO_KEY,
         whole=WHOLE_TOTALS, floats=", ".join(f"'{name}'" for name in FLOATS))
 
 
-# KEYS[1]: the offsets hash, KEYS[2]: the slices zset. ARGV[1]: JSON [[source, first, last], ...];
-# ARGV[2]: the JSON of RedisStore.payload. Returns {0, source, watermark} (refused, nothing written:
-# a source's watermark is at or past its first offset) or {1} (applied, every watermark advanced).
-APPLY = """
+# KEYS[1]: the offsets hash, KEYS[2]: the slices zset, KEYS[3]: the generation hash. ARGV[1]: JSON
+# [[source, first, last], ...]; ARGV[2]: the JSON of RedisStore.payload; ARGV[3]: the generation id to
+# write when there is none; ARGV[4]: '' (no check) or the JSON {"generation": id or null, "watermarks":
+# {source: "offset"}} of what the writer believes the store holds. Returns {2, generation or '',
+# {source, watermark or '', ...}} (lost, nothing written: the generation differs from an expected one,
+# or those sources' watermarks are missing or below the expected ones), {0, source, watermark}
+# (refused, nothing written: a source's watermark is at or past its first offset) or {1, generation}
+# (applied, every watermark advanced; the generation written if there was none).
+APPLY = _lua("""
+local generation = redis.call('HGET', KEYS[3], '$generation_id')
+if ARGV[4] ~= '' then
+  local expect = cjson.decode(ARGV[4])
+  local lost = expect.generation ~= cjson.null and expect.generation ~= generation
+  local behind = {}
+  for source, mark in pairs(expect.watermarks) do
+    local stored = redis.call('HGET', KEYS[1], source)
+    if (not stored) or tonumber(stored) < tonumber(mark) then
+      lost = true
+      behind[#behind + 1] = source
+      behind[#behind + 1] = stored or ''
+    end
+  end
+  if lost then return {2, generation or '', behind} end
+end
 local ranges = cjson.decode(ARGV[1])
 for _, r in ipairs(ranges) do
   local mark = redis.call('HGET', KEYS[1], r[1])
@@ -74,9 +95,29 @@ for key, waiting in pairs(ops.pending) do
   for _, field in ipairs(waiting.stop) do redis.call('HDEL', key, field) end
   for field, value in pairs(waiting.start) do redis.call('HSET', key, field, value) end
 end
+-- release identities (monitor.identity.apply_to): a tuple's latest ts by max, at most cap tuples a release
+if ops.identities then
+  local cap, overflow = tonumber(ops.identities.cap), ops.identities.overflow
+  for key, fields in pairs(ops.identities.hashes) do
+    for f, ts in pairs(fields) do
+      local seen = redis.call('HGET', key, f)
+      if seen then
+        if tonumber(seen) < tonumber(ts) then redis.call('HSET', key, f, ts) end
+      elseif redis.call('HLEN', key) - redis.call('HEXISTS', key, overflow) < cap then
+        redis.call('HSET', key, f, ts)
+      else
+        redis.call('HINCRBY', key, overflow, 1)
+      end
+    end
+  end
+end
 for _, r in ipairs(ranges) do redis.call('HSET', KEYS[1], r[1], r[3]) end
-return {1}
-"""
+if not generation then
+  generation = ARGV[3]
+  redis.call('HSET', KEYS[3], '$generation_id', generation)
+end
+return {1, generation}
+""")
 
 # KEYS: the hashes of every group, in order; ARGV: each group's number of keys. Returns per
 # group the field-wise sum of its hashes as [field, value, ...] (values printed with 17 digits).

@@ -27,11 +27,31 @@ import redis
 
 from monitor.aggregate import FLOAT_FIELDS, LATENCY_PREFIX, Aggregate
 from monitor.delta import BatchDelta
+from monitor.identity import MAX_IDENTITIES_PER_RELEASE, OVERFLOW_FIELD
 from monitor.sketch import ZERO_KEY
 from monitor.slices import CardinalityGuard
-from monitor.store.base import OffsetRange, PendingChanges, StoreError
+from monitor.store.base import (
+    AlreadyApplied,
+    Applied,
+    ApplyOutcome,
+    Expected,
+    Generation,
+    LostState,
+    OffsetRange,
+    PendingChanges,
+    StoreError,
+    new_generation_id,
+)
 from monitor.store.redis import scripts
-from monitor.store.redis.layout import COUNT_BUCKET_WINDOWS, KeyLayout, count_bucket, last_window_of_bucket
+from monitor.store.redis.access import check_access
+from monitor.store.redis.layout import (
+    COUNT_BUCKET_WINDOWS,
+    GENERATION_ID_FIELD,
+    RESTORES_FIELD,
+    KeyLayout,
+    count_bucket,
+    last_window_of_bucket,
+)
 from monitor.store.redis.wire import text
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
 
@@ -42,11 +62,17 @@ _ZERO_FIELD = LATENCY_PREFIX + ZERO_KEY
 
 
 def connect(url: str) -> redis.Redis:
-    """A client for ``url`` (``redis://``, ``rediss://`` with TLS, password in the URL)."""
+    """A client for ``url`` (``redis://``, ``rediss://`` with TLS, user and password in the URL).
+
+    Credentials and TLS are checked now (:func:`~monitor.store.redis.access.check_access`): a wrong
+    password is a StoreError naming Redis, never a retry loop.
+    """
     try:
-        return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5)
+        client = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5)
     except ValueError as exc:
         raise StoreError(f"bad Redis URL: {exc}") from exc
+    check_access(client, url)
+    return client
 
 
 class RedisStore:
@@ -141,8 +167,11 @@ class RedisStore:
                 {name: repr(float(value)) for name, value in fields.items()})
         waiting = {keys.pending(source): {"start": dict(starts), "stop": sorted(stops)}
                    for source, (starts, stops) in (pending or {}).items() if starts or stops}
+        identities = {"cap": MAX_IDENTITIES_PER_RELEASE, "overflow": OVERFLOW_FIELD,
+                      "hashes": {keys.identity(release): {name: repr(float(ts)) for name, ts in fields.items()}
+                                 for release, fields in delta.identities.items()}}
         return json.dumps({"ints": ints, "floats": floats, "expire_at": expire_at, "last_seen": delta.last_seen,
-                           "pending": waiting})
+                           "pending": waiting, "identities": identities})
 
     def pending(self, source: str) -> dict[str, str]:
         return {text(k): text(v) for k, v in self.client.hgetall(self.keys.pending(source)).items()}
@@ -163,15 +192,50 @@ class RedisStore:
         ``first``: the refusal ``(source, watermark)`` is returned instead
         (None when applied). ``pending`` as in :meth:`payload`.
         """
+        outcome = self._run_apply(delta, ranges, pending, None, new_generation_id())
+        if isinstance(outcome, AlreadyApplied):
+            return outcome.source, outcome.watermark
+        return None
+
+    def apply_verified(self, delta: BatchDelta, ranges: Sequence[OffsetRange], pending: PendingChanges | None,
+                       expected: Expected, new_generation: str) -> ApplyOutcome:
+        """:meth:`apply_ranges`, refused as :class:`LostState` when Redis does not hold ``expected``
+        (checked in the same script, so no apply can slip in between the check and the write)."""
+        return self._run_apply(delta, ranges, pending, expected, new_generation)
+
+    def _run_apply(self, delta: BatchDelta, ranges: Sequence[OffsetRange], pending: PendingChanges | None,
+                   expected: Expected | None, new_generation: str) -> ApplyOutcome:
+        check = "" if expected is None else json.dumps(
+            {"generation": expected.generation,
+             "watermarks": {source: str(mark) for source, mark in expected.watermarks.items()}})
         args = [json.dumps([[source, str(first), str(last)] for source, first, last in ranges]),
-                self.payload(delta, pending)]
+                self.payload(delta, pending), new_generation, check]
         try:
-            reply = self._apply(keys=[self.keys.offsets(), self.keys.slices()], args=args)
+            reply = self._apply(keys=[self.keys.offsets(), self.keys.slices(), self.keys.generation()], args=args)
         except redis.RedisError as exc:
             raise StoreError(f"applying a batch to Redis failed: {exc}") from exc
-        if reply[0]:
-            return None
-        return reply[1].decode(), int(reply[2])
+        kind = int(reply[0])
+        if kind == 1:
+            return Applied(text(reply[1]))
+        if kind == 0:
+            return AlreadyApplied(text(reply[1]), int(reply[2]))
+        assert expected is not None  # the script reports a loss only when asked to check
+        flat = [text(x) for x in reply[2]]
+        behind = {source: int(mark) if mark else None for source, mark in zip(flat[0::2], flat[1::2])}
+        return LostState(expected, text(reply[1]) or None, behind)
+
+    def generation(self) -> Generation:
+        try:
+            fields = {text(k): text(v) for k, v in self.client.hgetall(self.keys.generation()).items()}
+        except redis.RedisError as exc:
+            raise StoreError(f"reading the state generation from Redis failed: {exc}") from exc
+        return Generation(fields.get(GENERATION_ID_FIELD), int(fields.get(RESTORES_FIELD, 0)))
+
+    def count_restore(self) -> None:
+        try:
+            self.client.hincrby(self.keys.generation(), RESTORES_FIELD, 1)
+        except redis.RedisError as exc:
+            raise StoreError(f"counting a restore in Redis failed: {exc}") from exc
 
     def admit(self, dim: str, value: str, cap: int) -> bool:
         try:
@@ -238,6 +302,20 @@ class RedisStore:
             out[name] = {text(k): float(v) for k, v in self.client.hgetall(key).items()}
         return out
 
+    def release_identities(self) -> dict[str, dict[str, float]]:
+        """Every ``P:id:<release>`` hash (see :mod:`monitor.identity`)."""
+        base = self.keys.identity_base()
+        try:
+            keys = list(self.client.scan_iter(match=f"{base}*", count=1000))
+            pipe = self.client.pipeline(transaction=False)  # one round trip for every release's hash
+            for key in keys:
+                pipe.hgetall(key)
+            hashes = pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreError(f"reading release identities from Redis failed: {exc}") from exc
+        return {text(key)[len(base):]: {text(k): float(v) for k, v in fields.items()}
+                for key, fields in zip(keys, hashes, strict=True)}
+
     def get_state(self, name: str) -> dict | None:
         try:
             text = self.client.get(self.keys.state(name))
@@ -280,3 +358,9 @@ class RedisGuard(CardinalityGuard):
         if len(rejected) < 100_000:
             rejected.add(value)
         return "__other__"
+
+    def forget(self) -> None:
+        """Drop what this process remembers of the admitted sets (after Redis lost them): the next
+        value of each dimension is asked of Redis again."""
+        self.admitted.clear()
+        self.rejected.clear()

@@ -69,6 +69,7 @@ def assert_same(parts, **options) -> None:
     assert py_delta.counters == na_delta.counters
     assert py_delta.last_seen == na_delta.last_seen
     assert py_delta.expire_at == na_delta.expire_at
+    assert py_delta.identities == na_delta.identities      # the release version tuples, latest ts included
     for mine, theirs in ((py_delta.windows, na_delta.windows), (py_delta.totals, na_delta.totals)):
         assert mine.keys() == theirs.keys()
         for key in mine:
@@ -106,6 +107,7 @@ field_values = {
     "task_type": st.one_of(st.sampled_from(["code", "chat", "", "__other__"]), anything),
     "tenant": st.one_of(st.sampled_from(["t1", "t2", "t3", "t4"]), anything),
     "locale": texts, "scaffold_hash": texts, "prompt_hash": texts, "task_id": texts,
+    "tool_schema_hash": st.one_of(texts, anything), "config_hash": st.one_of(texts, anything),
     "pair_id": st.one_of(st.none(), st.just("p1")),
     "steps": numbers, "tool_calls": numbers, "tool_errors": numbers, "tokens_in": numbers,
     "tokens_out": numbers, "tokens_cached_in": numbers, "side_effects": numbers, "trial": numbers,
@@ -126,7 +128,8 @@ plain = st.fixed_dictionaries(
     optional={name: strategy for name, strategy in field_values.items() if name in (
         "ok", "arm", "user_signal", "release", "task_type", "tenant", "steps", "tokens_in", "tokens_out",
         "tokens_cached_in", "fees_usd", "latency_ms", "tags", "team", "benign", "refused", "recontact_24h",
-        "harmful_action", "pair_id", "extra")})
+        "harmful_action", "pair_id", "extra", "scaffold_hash", "prompt_hash", "tool_schema_hash",
+        "config_hash")})
 wild = st.fixed_dictionaries({}, optional=field_values)
 
 
@@ -227,6 +230,10 @@ EDGES = [
     variant(**{"k\x00": None}), variant(tags={"k\x00": None}),
     variant(tags={"team": {"a": 1}}), variant(tags={"k": {"a": 1}}), variant(tags={"k": []}), variant(extra=[1]),
     variant(extra={"a": {"b": {}}}),
+    # the version tuple's optional strings (monitor.identity)
+    variant(tool_schema_hash="ts1", config_hash="c1"), variant(tool_schema_hash=""), variant(config_hash=None),
+    variant(tool_schema_hash=7), variant(config_hash="a\x00"), variant(tool_schema_hash="x" * 257),
+    variant(release="", prompt_hash="p", scaffold_hash="s"), variant(config_hash={"a": 1}),
     b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "bogus", "outcome": "success"}',
     b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": 1, "x": 1}',
     b'{"trace_id": "t", "ts": 1799999990, "model_id": "m1", "outcome": "success", "x": 1, "\\u0078": 2}',
@@ -266,6 +273,22 @@ def test_per_part_figures_and_slow_positions():
     assert native.parts == [(2, NOW - 40), (1, NOW - 99)]
     with pytest.raises(ValueError, match="part_lengths must add up"):
         folder().fold([variant()], NOW, part_lengths=[2])
+
+
+def test_both_paths_keep_each_releases_version_tuples_with_their_latest_time():
+    values = [variant(ts=NOW - 30, prompt_hash="p1"), variant(ts=NOW - 20, prompt_hash="p2", config_hash="c"),
+              variant(ts=NOW - 10, prompt_hash="p1", release="r9"), variant(ts=NOW - 5, prompt_hash="p1")]
+    (_, py_delta), (na_batch, na_delta) = both_ways([values])
+    assert na_batch.parts[0].native_count == 4      # all of them on the fast path
+    assert na_delta.identities == py_delta.identities == {
+        "m1": {'["m1","","p1","",""]': NOW - 5, '["m1","","p2","","c"]': NOW - 20},
+        "r9": {'["m1","","p1","",""]': NOW - 10}}
+
+
+def test_a_release_folded_by_the_guard_keeps_no_identity():
+    values = [variant(release=f"r{i}", prompt_hash="p") for i in range(5)]
+    (_, py_delta), (_, na_delta) = both_ways([values], max_values=3)
+    assert sorted(py_delta.identities) == sorted(na_delta.identities) == ["r0", "r1", "r2"]
 
 
 def test_groups_match_the_python_grouping_key_and_sketch():
