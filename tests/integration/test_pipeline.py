@@ -18,23 +18,30 @@ import sys
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
 from dataclasses import dataclass as dataclass_record
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import redis
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from monitor.aggregate import Aggregate
 from monitor.schema import validate
-from monitor.slices import Slicer, slice_id
 from monitor.store.redis.store import RedisStore
-from monitor.store.redis.wire import text
 from streams.dlq import original_payload, parse_dlq_record
+from tests.support.pipeline import (
+    applied,
+    encode,
+    end_offsets,
+    expected_by_slice,
+    expected_pairs,
+    make_records,
+    observed_by_slice,
+    observed_pairs,
+    producer,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FLEETMON = [sys.executable, "-m", "monitor.cli.main"]
@@ -42,80 +49,6 @@ WAIT_SECONDS = 120
 
 
 # -- input and expectations -------------------------------------------------------------
-def make_records(n: int, seed: int, now: float, pair_share: float = 0.0) -> list[dict]:
-    """Valid traces with event times in the last hour, spread over ~300 slices.
-
-    With ``pair_share`` that share of them are baseline traces followed by
-    their shadow twin (same ``pair_id``, release ``<release>-next``).
-    """
-    rng = random.Random(seed)
-    out: list[dict] = []
-    i = 0
-    while len(out) < n:
-        tokens_in = rng.randrange(100, 4000)
-        record: dict[str, Any] = {
-            "trace_id": f"s{seed}-{i}", "ts": now - rng.random() * 3000, "model_id": rng.choice(["m-a", "m-b"]),
-            "release": rng.choice(["r1", "r2", "r3"]), "arm": rng.choice(["baseline", "canary"]),
-            "task_type": rng.choice(["code", "chat", "search", "refund"]), "tenant": f"tenant-{rng.randrange(4)}",
-            "locale": rng.choice(["en", "fr", "de"]),
-            "outcome": rng.choice(["success", "success", "failure", "escalated"]),
-            "tokens_in": tokens_in, "tokens_cached_in": rng.randrange(0, tokens_in // 2),
-            "tokens_out": rng.randrange(10, 900), "latency_ms": round(rng.lognormvariate(7, 0.6), 2),
-            "steps": rng.randrange(1, 9), "fees_usd": 0.001,
-        }
-        i += 1
-        if len(out) + 1 < n and rng.random() < pair_share:
-            record.update(arm="baseline", pair_id=f"p{seed}-{i}")
-            twin = dict(record, trace_id=f"{record['trace_id']}-shadow", arm="shadow",
-                        release=record["release"] + "-next", ts=record["ts"] + rng.random() * 5,
-                        outcome=rng.choice(["success", "failure"]))
-            out += [record, twin]
-        else:
-            out.append(record)
-    return out
-
-
-def expected_pairs(records: list[dict]) -> dict[str, Counter]:
-    """``pair:<baseline>:<candidate>:`` (the all-slices comparison) → n_pairs, b, c."""
-    halves: dict[str, dict] = {}
-    out: dict[str, Counter] = defaultdict(Counter)
-    for record in records:
-        if "pair_id" in record:
-            halves.setdefault(record["pair_id"], {})[record["arm"]] = validate(record)
-    for pair in halves.values():
-        base, cand = pair["baseline"], pair["shadow"]
-        c = out[f"pair:{base.release}:{cand.release}:"]
-        c["n_pairs"] += 1
-        c["b"] += base.success and not cand.success
-        c["c"] += cand.success and not base.success
-    return out
-
-
-def observed_pairs(store: RedisStore) -> dict[str, Counter]:
-    return {key: Counter({name: int(fields.get(name, 0)) for name in ("n_pairs", "b", "c")})
-            for key, fields in store.paired_evidence().items() if key.endswith(":")}
-
-
-def expected_by_slice(records: list[dict]) -> dict[str, Counter]:
-    slicer = Slicer()
-    out: dict[str, Counter] = defaultdict(Counter)
-    for record in records:
-        trace = validate(record)
-        c = out[slice_id(slicer.key(trace))]
-        c["traces"] += 1
-        c["successes"] += trace.success
-        c["tokens_in"] += trace.tokens_in
-        c["tokens_out"] += trace.tokens_out
-        c["tokens_cached_in"] += trace.tokens_cached_in
-    return out
-
-
-def observed_by_slice(store: RedisStore) -> dict[str, dict[str, float]]:
-    return {sid: dict(traces=agg.traces, successes=agg.successes, tokens_in=agg.tokens("tokens_in"),
-                         tokens_out=agg.tokens("tokens_out"), tokens_cached_in=agg.tokens("tokens_cached_in"))
-            for sid, agg in store.totals().items()}
-
-
 def assert_exact(store: RedisStore, records: list[dict], dlq: int = 0) -> None:
     expected = expected_by_slice(records)
     assert observed_by_slice(store) == expected
@@ -134,11 +67,6 @@ def assert_exact(store: RedisStore, records: list[dict], dlq: int = 0) -> None:
 
 
 # -- Kafka helpers --------------------------------------------------------------------------
-def producer(bootstrap: str) -> KafkaProducer:
-    return KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10, batch_size=512 * 1024,
-                         max_request_size=10 * 1024 * 1024)
-
-
 def send_all(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes | None]],
              per_second: float | None = None) -> None:
     p = producer(bootstrap)
@@ -153,20 +81,6 @@ def send_all(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes |
         p.flush(timeout=60)
     finally:
         p.close()
-
-
-def encode(record: dict) -> tuple[bytes, bytes]:
-    """Keyed like the emitter: pair_id, else trace_id."""
-    return record.get("pair_id", record["trace_id"]).encode(), json.dumps(record).encode()
-
-
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        return {tp.partition: offset for tp, offset in consumer.end_offsets(parts).items()}
-    finally:
-        consumer.close()
 
 
 # -- worker processes -----------------------------------------------------------------------
@@ -226,16 +140,6 @@ def workers(tmp_path, kafka_bootstrap, redis_db_url):
     w = Workers(tmp_path, kafka_bootstrap, redis_db_url)
     yield w
     w.close()
-
-
-def applied(client: redis.Redis, prefix: str, topic: str) -> dict[int, int]:
-    marks = client.hgetall(f"{prefix}:offsets")
-    out = {}
-    for source, mark in marks.items():
-        name, _, partition = text(source).rpartition(":")
-        if name == topic:
-            out[int(partition)] = int(mark)
-    return out
 
 
 def wait_applied(client, prefix, topic, ends, workers: Workers, timeout: float = WAIT_SECONDS) -> None:
