@@ -88,7 +88,7 @@ def conclude_betting(finding: Finding, alpha: float, compute_bound: bool = True)
         # bisected one would not clear the floor either: the decision is the same.
         low, interval = (-1.0 if kind != "rate" else 0.0), "not computed (not significant); " + interval
     elif kind == "capped_mean":
-        low = capped_mean.lower_bound(_sums(counters), alpha) if finding.n_pairs else -1.0
+        low = capped_mean.lower_bound(capped_mean.CappedSums.of(counters), alpha) if finding.n_pairs else -1.0
     elif flip:
         low = _flip_low(int(counters["worse"]), int(counters["better"]), int(counters["n"]), alpha)
     else:
@@ -97,10 +97,6 @@ def conclude_betting(finding: Finding, alpha: float, compute_bound: bool = True)
     return replace(finding, significant=significant, beyond_floor=low > finding.floor, fires=significant,
                    effect_low=low, effect_high=end, alpha=alpha, severity=severity,
                    detail={**finding.detail, "interval": interval})
-
-
-def _sums(counters: dict[str, Any]) -> capped_mean.CappedSums:
-    return capped_mean.CappedSums(*(counters[k] for k in capped_mean.CappedSums._fields))
 
 
 def capped_mean_finding(kind: str, comparison: Comparison, slice_key: SliceKey, policy: Policy,

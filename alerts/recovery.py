@@ -98,12 +98,6 @@ def increment(finding: Finding, then: Mapping[str, Any] | None) -> dict[str, Any
     return diff
 
 
-def _sums(counts: Mapping[str, Any]) -> capped_mean.CappedSums:
-    """Capped sums of an increment (tiny negative rounding of a sum of squares read as 0)."""
-    b, c, bb, cc = (max(0.0, float(counts[k])) for k in ("b", "c", "bb", "cc"))
-    return capped_mean.CappedSums(int(counts["n"]), b, c, bb, cc, float(counts["bc"]), float(counts["cap"]))
-
-
 #: The level recovery tests for kinds whose floor is 0 (H0 of recovery: effect >= this).
 ZERO_FLOOR_RECOVERY_LEVEL = 0.002
 
@@ -116,7 +110,7 @@ def log_factors(finding: Finding, counts: Mapping[str, Any], direction: str) -> 
     """
     level = finding.floor if direction != "less" or finding.floor > 0 else ZERO_FLOOR_RECOVERY_LEVEL
     if finding.detail["counters_kind"] == "capped_mean":
-        return capped_mean.log_factors(_sums(counts), level, direction)
+        return capped_mean.log_factors(capped_mean.CappedSums.of(counts), level, direction)
     if finding.detail["counters_kind"] == "flip":
         return betting.flip_log_factors(counts["worse"], counts["better"], counts["n"], level, direction)
     return betting.rate_log_factors(counts["x"], counts["n"], level, direction)
@@ -167,7 +161,7 @@ def rearm_e_value(finding: Finding, since: Mapping[str, Any] | None) -> float | 
     if added is None:
         return None
     if finding.detail["counters_kind"] == "capped_mean":
-        return capped_mean.e_value(_sums(added), finding.floor)
+        return capped_mean.e_value(capped_mean.CappedSums.of(added), finding.floor)
     if finding.detail["counters_kind"] == "flip":
         return betting.flip_e_value(added["worse"], added["better"], added["n"], finding.floor)
     return betting.rate_e_value(added["x"], added["n"], finding.floor)

@@ -38,7 +38,8 @@ kept), and the pairs are the ones the counters count, each once.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,6 +65,13 @@ class CappedSums(NamedTuple):
     cc: float
     bc: float
     cap: float
+
+    @classmethod
+    def of(cls, counters: Mapping[str, Any]) -> CappedSums:
+        """From a mapping with these field names (a finding's ``counters``, or a difference of two: a
+        tiny negative left by float rounding in a sum of non-negative values reads as 0)."""
+        b, c, bb, cc = (max(0.0, float(counters[k])) for k in ("b", "c", "bb", "cc"))
+        return cls(int(counters["n"]), b, c, bb, cc, float(counters["bc"]), float(counters["cap"]))
 
 
 def _moments(s: CappedSums, ratios: NDArray[np.float64], sign: float) -> tuple[NDArray[np.float64],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import signal
 import socket
@@ -32,6 +31,7 @@ from monitor.schema import validate
 from monitor.store.redis.store import RedisStore
 from streams.dlq import original_payload, parse_dlq_record
 from tests.support.pipeline import (
+    Workers,
     applied,
     encode,
     end_offsets,
@@ -84,57 +84,6 @@ def send_all(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes |
 
 
 # -- worker processes -----------------------------------------------------------------------
-class Workers:
-    """Starts ``fleetmon worker`` subprocesses; kills every one at teardown."""
-
-    def __init__(self, tmp_path: Path, bootstrap: str, redis_url: str) -> None:
-        self.tmp_path = tmp_path
-        self.env = dict(os.environ, FLEETMON_KAFKA_BOOTSTRAP=bootstrap, FLEETMON_REDIS_URL=redis_url,
-                        PYTHONUNBUFFERED="1")
-        self.procs: list[tuple[subprocess.Popen, Path]] = []
-
-    def start(self, topic: str, dlq_topic: str, prefix: str, group: str, *extra: str) -> subprocess.Popen:
-        log = self.tmp_path / f"worker-{len(self.procs)}.log"
-        args = [*FLEETMON, "worker", "--topic", topic, "--dlq-topic", dlq_topic, "--prefix", prefix,
-                "--group-id", group, "--session-timeout", "6", *extra]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(args, cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-        self.procs.append((proc, log))
-        return proc
-
-    def log_of(self, proc: subprocess.Popen) -> str:
-        for p, log in self.procs:
-            if p is proc:
-                return log.read_text(errors="replace")
-        return ""
-
-    def wait_assigned(self, proc: subprocess.Popen, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if "partitions assigned: ['" in self.log_of(proc):
-                return
-            if proc.poll() is not None:
-                pytest.fail(f"worker exited with {proc.returncode}:\n{self.log_of(proc)[-3000:]}")
-            time.sleep(0.1)
-        pytest.fail(f"worker got no partitions within {timeout} s:\n{self.log_of(proc)[-3000:]}")
-
-    def stop(self, proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
-        if proc.poll() is None:
-            proc.send_signal(sig)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def close(self) -> None:
-        for proc, _ in self.procs:
-            self.stop(proc)
-
-    def tails(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-2000:]}" for _, log in self.procs)
-
-
 @pytest.fixture
 def workers(tmp_path, kafka_bootstrap, redis_db_url):
     w = Workers(tmp_path, kafka_bootstrap, redis_db_url)
