@@ -26,8 +26,11 @@ run: install
 # FLEETMON_SERVICES_SECURE=1 adds the SASL_SSL Kafka listener and the TLS Redis that
 # tests/integration/test_secure.py runs on (docs/operating.md "Secure transports"); SERVICES_SECURE=0 leaves them out
 SERVICES_SECURE ?= 1
+# FLEETMON_SERVICES_REDIS_CLUSTER=1 adds the six-node Redis Cluster on 7000-7005 that
+# tests/integration/test_cluster.py runs on (docs/operating.md "Redis Cluster"); SERVICES_REDIS_CLUSTER=0 leaves it out
+SERVICES_REDIS_CLUSTER ?= 1
 services:
-	FLEETMON_SERVICES_SECURE=$(SERVICES_SECURE) bash $(SERVICES) start
+	FLEETMON_SERVICES_SECURE=$(SERVICES_SECURE) FLEETMON_SERVICES_REDIS_CLUSTER=$(SERVICES_REDIS_CLUSTER) bash $(SERVICES) start
 
 services-down:
 	bash $(SERVICES) stop

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from alerts.decide import trailing_drop
 from alerts.evidence import ArmCounts
 from monitor.aggregate import Aggregate
+from monitor.groupings import comparison_feeds
 from monitor.schema import CANARY_ARMS
-from monitor.slices import SliceKey, comparison_slices, parse_slice_id
+from monitor.slices import SliceKey, parse_slice_id
 from monitor.store.base import Store
 
 BASELINE_ARM = CANARY_ARMS[0]
@@ -30,17 +31,23 @@ HOUR_SECONDS = 3600
 
 def baseline_cells(store: Store, releases: set[str], ids: Sequence[str], start: float,
                     end: float) -> dict[str, dict[SliceKey, ArmCounts]]:
-    """Baseline-arm counts per release and comparison slice over the hour windows overlapping [start, end)."""
+    """Baseline-arm counts per release and comparison slice over the hour windows overlapping [start, end).
+
+    Each comparison slice is read from one grouping (:func:`monitor.groupings.comparison_feeds`
+    unstratified: the whole fleet from ``release × arm``, ``d=v`` from ``release × arm × d``);
+    rows of other groupings in ``ids`` are skipped, so a trace counts once per slice.
+    """
     out: dict[str, dict[SliceKey, ArmCounts]] = {}
-    aggregates = store.window_aggregates(HOUR, start, end, ids)
-    for sid in ids:
-        key = parse_slice_id(sid)
-        release = dict(key).get("release", "")
+    feeds = {sid: comparison_feeds(parse_slice_id(sid)) for sid in ids}
+    wanted = [sid for sid in ids if feeds[sid]]
+    aggregates = store.window_aggregates(HOUR, start, end, wanted)
+    for sid in wanted:
+        release = dict(parse_slice_id(sid)).get("release", "")
         counts = arm_counts(aggregates[sid])
         if counts.n == 0 or release not in releases:
             continue
         cells = out.setdefault(release, {})
-        for comparison_key in comparison_slices(key):
+        for comparison_key, _ in feeds[sid]:
             cells[comparison_key] = cells.get(comparison_key, ArmCounts()).merge(counts)
     return out
 

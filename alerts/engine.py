@@ -45,9 +45,10 @@ from alerts.decide import Finding, Policy, decide_comparison
 from alerts.evidence import ArmCounts, CanaryStrata, Comparison
 from alerts.lifecycle import AlertEvent, AlertState, LifecycleConfig, active_events, evaluate, fingerprint
 from alerts.notifiers import Notifier, NotifyError, destinations
+from monitor.groupings import STRATUM_DIMENSION, comparison_feeds
 from monitor.pairing import PairedCounts, read_paired_evidence
 from monitor.schema import COMPARISON_ARMS
-from monitor.slices import UNKNOWN, SliceKey, comparison_slices, parse_slice_id
+from monitor.slices import WHOLE_FLEET, SliceKey, parse_slice_id
 from monitor.store.base import Store
 
 log = logging.getLogger("fleetmon.alerts")
@@ -59,7 +60,6 @@ OUTBOX_LIMIT = 1000
 FINDINGS_STATE_NAME = "findings"
 CANARY_STATE_NAME = "canary"
 ENVIRONMENT_STATE_NAME = "environment"
-STRATUM_DIMENSION = "task_type"
 SHADOW_ARM, CANARY_ARM = COMPARISON_ARMS
 
 
@@ -93,8 +93,11 @@ def canary_cells(store: Store, start: float, end: float) -> dict[Comparison, dic
     """Canary-vs-baseline counts per comparison slice and task type over the 1-minute windows of [start, end).
 
     One comparison per release seen with arm ``canary``, against the baseline
-    release with the most traffic in the same windows; one entry per
-    :func:`monitor.slices.comparison_slices`, split by ``task_type``.
+    release with the most traffic in the same windows; one entry per :func:`monitor.slices.comparison_slices`, split by
+    ``task_type``. Each comparison slice is read from the one grouping that
+    holds it split by task type (:func:`monitor.groupings.comparison_feeds`:
+    the whole fleet and ``task_type`` from ``release × arm × task_type``, ``d``
+    from ``release × arm × task_type × d``), so every trace counts once per cell.
     """
     ids = [sid for sid in store.active_slices(since=start)]
     if not any(f"arm={CANARY_ARM}" in sid for sid in ids):  # cheap test before parsing every id
@@ -104,10 +107,14 @@ def canary_cells(store: Store, start: float, end: float) -> dict[Comparison, dic
     canaries = {d.get("release") for d in parsed.values() if d.get("arm") == CANARY_ARM}
     if not canaries:
         return {}
-    aggregates = store.window_aggregates("1m", start, end, ids)
+    stratum = STRATUM_DIMENSION if any(STRATUM_DIMENSION in d for d in parsed.values()) else None
+    feeds = {sid: comparison_feeds(key, stratum) for sid, key in keys.items()}
+    wanted = sorted(sid for sid in ids if feeds[sid] and parsed[sid].get("arm") in (CANARY_ARM, BASELINE_ARM))
+    aggregates = store.window_aggregates("1m", start, end, wanted)
     baseline_volume: dict[str, int] = {}
-    for sid, dims in parsed.items():
-        if dims.get("arm") == BASELINE_ARM:
+    for sid in wanted:  # the rows of the whole fleet's grouping: each trace once
+        dims = parsed[sid]
+        if dims.get("arm") == BASELINE_ARM and any(key == WHOLE_FLEET for key, _ in feeds[sid]):
             volume_of = dims.get("release", "")
             baseline_volume[volume_of] = baseline_volume.get(volume_of, 0) + aggregates[sid].traces
     if not any(baseline_volume.values()):
@@ -116,17 +123,17 @@ def canary_cells(store: Store, start: float, end: float) -> dict[Comparison, dic
     out: dict[Comparison, dict[SliceKey, CanaryStrata]] = {}
     for candidate in sorted(c for c in canaries if c):
         cells: dict[SliceKey, dict[str, list[ArmCounts]]] = {}
-        for sid, dims in parsed.items():
+        for sid in wanted:
+            dims = parsed[sid]
             arm, release = dims.get("arm"), dims.get("release")
-            if not ((arm == CANARY_ARM and release == candidate)
-                    or (arm == BASELINE_ARM and release == baseline_release)):
+            if not feeds[sid] or not ((arm == CANARY_ARM and release == candidate)
+                                      or (arm == BASELINE_ARM and release == baseline_release)):
                 continue
             counts = arm_counts(aggregates[sid])
             if counts.n == 0:
                 continue
-            stratum = dims.get(STRATUM_DIMENSION, UNKNOWN)
-            for key in comparison_slices(keys[sid]):
-                pair = cells.setdefault(key, {}).setdefault(stratum, [ArmCounts(), ArmCounts()])
+            for key, level in feeds[sid]:
+                pair = cells.setdefault(key, {}).setdefault(level, [ArmCounts(), ArmCounts()])
                 side = 1 if arm == CANARY_ARM else 0
                 pair[side] = pair[side].merge(counts)
         comparison = Comparison(baseline_release, candidate, CANARY_ARM)

@@ -228,10 +228,13 @@ def _fmt(value: float | None, spec: str = "9.1f") -> str:
 
 
 def final_figures(soak: Soak) -> dict[str, float]:
+    from monitor.groupings import grouping_name
+    from monitor.slices import parse_slice_id
     from monitor.store.redis.store import RedisStore
 
     store = RedisStore(soak.redis.client(), soak.prefix)
-    totals = store.totals()
+    # the release × arm grouping's rows: each trace once (every grouping holds it once, monitor/groupings.py)
+    totals = {sid: agg for sid, agg in store.totals().items() if grouping_name(parse_slice_id(sid)) == ""}
     counters = store.counters()
     pairs = sum(int(fields.get("n_pairs", 0)) for key, fields in store.paired_evidence().items()
                 if key.startswith("pair:") and key.endswith(":"))

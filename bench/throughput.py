@@ -1,30 +1,44 @@
-"""Throughput of one fleetmon worker through real Kafka → Redis, against a bare consumer.
+"""Throughput of one fleetmon worker through real Kafka → Redis, against a bare consumer, per traffic shape.
 
 Run (services up: ``bash scripts/services.sh start``)::
 
-    .venv/bin/python bench/throughput.py [--n 1000000] [--partitions 4]
+    .venv/bin/python bench/throughput.py [--n 1000000] [--partitions 4] [--shapes plain,pairs20,pairs100,replay]
 
-What it does, in one run:
+Every shape runs in one invocation, each on its own fresh topic and Redis
+prefix (nothing shared with other users of the services):
 
-1. produces N traces once to a fresh topic (seeded; 360 slices, ~300 bytes
-   each; event times ascending over the last ``--event-span`` seconds, 60 by
-   default — live traffic, stamped about when it is produced — or 3600 to
-   replay an hour of a slower fleet, which writes each slice's minute windows
-   many more times; ``--pair-share`` of them as baseline + shadow pairs);
-2. (i) a bare aiokafka consumer (fresh group, ``getmany`` with the worker's
-   batch size, no decoding) drains the topic — this is ``bare_consumer_per_s``
-   and the ``ratio``'s denominator; for context a second bare consumer drains
-   it one message at a time (``async for``, ``bare_consumer_iter_per_s``);
-3. (ii) one ``fleetmon worker`` subprocess (fresh group, fresh Redis prefix)
-   processes it; the bench polls the worker's per-partition watermarks in
-   Redis until they reach the end offsets, then stops the worker;
-4. checks that Redis counts exactly N traces, deletes the topic and keys.
+* ``plain`` — live traffic (event times within the last minute), no pairs;
+* ``pairs20`` / ``pairs100`` — live traffic with 20% / all of the traces sent
+  as baseline + shadow pairs (same ``pair_id``, the key), joined by the worker;
+* ``replay`` — an hour of event time (``--event-span 3600``: what ``fleetmon
+  rebuild`` and a backfill read), which rewrites each slice's minute windows
+  many more times.
+
+Per shape:
+
+1. produces N traces once (seeded; 360 slices, ~300 bytes each; event times
+   ascending over the shape's span);
+2. a bare aiokafka consumer (fresh group, ``getmany`` with the worker's batch
+   size, no decoding) drains the topic — that shape's ``bare_consumer_per_s``
+   and its ratio's denominator (for context, on the first shape only, a second
+   bare consumer drains it one message at a time: ``bare_consumer_iter_per_s``);
+3. one ``fleetmon worker`` subprocess (fresh group, fresh Redis prefix)
+   processes it; the bench polls its per-partition watermarks in Redis until
+   they reach the end offsets, then stops the worker;
+4. checks that Redis counts exactly N traces and, with pairs, exactly the
+   pairs produced; reads the Redis CPU the run cost (``INFO cpu`` and the
+   apply script's ``INFO commandstats`` — server-wide figures, so other
+   clients of a shared Redis add to them); deletes the topic and keys.
 
 Rates are steady-state: records handled after the first observation divided
 by the time since it (the bare consumer's first fetch; the worker's first
 applied batch), so process start-up and group joins are excluded from both;
-the worker's wall time from spawn is reported too. Prints a table and, as
-the last line, one JSON object.
+the worker's wall time from spawn is reported too. ``--profile DIR`` attaches
+``py-spy`` (when installed) to each worker and writes its samples to
+``DIR/<shape>.txt``. Prints a table and, as the last line, one JSON object:
+the plain shape's ``traces_per_s``, ``bare_consumer_per_s``, ``ratio``, then
+``pairs20_ratio``, ``pairs100_ratio``, ``replay_ratio`` and every shape's
+figures under ``shapes``.
 """
 
 from __future__ import annotations
@@ -34,6 +48,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,12 +67,16 @@ REPO = Path(__file__).resolve().parents[1]
 FLEETMON = str(REPO / ".venv" / "bin" / "fleetmon") if (REPO / ".venv" / "bin" / "fleetmon").exists() else "fleetmon"
 
 
-def traces(n: int, seed: int, now: float, pair_share: float = 0.0, span: float = 3600.0):
+def traces(n: int, seed: int, now: float, pair_share: float = 0.0, span: float = 3600.0,
+           tally: dict[str, int] | None = None):
     """N ``(key, value)`` traces, event time ascending over the ``span`` seconds before ``now``.
 
     ``pair_share`` of them are baseline traces followed by a shadow twin
-    (same ``pair_id``, the key), which the worker joins into paired counts.
+    (same ``pair_id``, the key), which the worker joins into paired counts;
+    ``tally["pairs"]`` counts the pairs yielded.
     """
+    tally = {} if tally is None else tally
+    tally.setdefault("pairs", 0)
     rng = random.Random(seed)
     releases, arms = ("r41", "r42", "r43"), ("baseline", "canary")
     task_types, locales = ("code", "chat", "search", "refund"), ("en", "fr", "de")
@@ -80,6 +99,7 @@ def traces(n: int, seed: int, now: float, pair_share: float = 0.0, span: float =
                         release=record["release"] + "-next", outcome=rng.choice(("success", "failure")))
             yield record["pair_id"].encode(), orjson.dumps(record)
             yield record["pair_id"].encode(), orjson.dumps(twin)
+            tally["pairs"] += 1
             i += 2
         else:
             yield record["trace_id"].encode(), orjson.dumps(record)
@@ -87,7 +107,7 @@ def traces(n: int, seed: int, now: float, pair_share: float = 0.0, span: float =
 
 
 async def produce(bootstrap: str, topic: str, partitions: int, n: int, seed: int,
-                  pair_share: float = 0.0, span: float = 60.0) -> tuple[float, dict[int, int]]:
+                  pair_share: float = 0.0, span: float = 60.0) -> tuple[float, dict[int, int], int]:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -99,7 +119,8 @@ async def produce(bootstrap: str, topic: str, partitions: int, n: int, seed: int
     started = time.perf_counter()
     try:
         pending = []
-        for key, value in traces(n, seed, time.time(), pair_share, span):
+        tally: dict[str, int] = {}
+        for key, value in traces(n, seed, time.time(), pair_share, span, tally):
             pending.append(await producer.send(topic, value, key=key))
             if len(pending) >= 20_000:
                 await asyncio.gather(*pending)
@@ -115,7 +136,7 @@ async def produce(bootstrap: str, topic: str, partitions: int, n: int, seed: int
         ends = {tp.partition: off for tp, off in (await consumer.end_offsets(tps)).items()}
     finally:
         await consumer.stop()
-    return seconds, ends
+    return seconds, ends, tally["pairs"]
 
 
 async def bare_consumer(bootstrap: str, topic: str, n: int, batch: int) -> dict[str, float]:
@@ -165,15 +186,44 @@ async def bare_iterator(bootstrap: str, topic: str, n: int) -> dict[str, float]:
     return {"per_s": (seen - 1) / (done - first_at), "wall_seconds": done - started}
 
 
+def _script_usec(client: redis.Redis) -> float:
+    """Microseconds Redis spent in scripts and functions so far (the worker's apply is one call per batch)."""
+    stats = client.info("commandstats")
+    return float(sum(v.get("usec", 0) for k, v in stats.items()
+                     if k.split("|")[0] in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")))
+
+
+def _start_profiler(pid: int, out: Path) -> subprocess.Popen | None:
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(REPO / ".venv" / "bin"))
+    if spy is None:
+        print("--profile: py-spy is not installed (pip install py-spy); not profiling", file=sys.stderr)
+        return None
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--nonblocking",
+                             "--format", "raw", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _stop_profiler(spy: subprocess.Popen | None) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)   # py-spy writes its samples on SIGINT
+        try:
+            spy.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait()
+
+
 def worker_run(bootstrap: str, redis_url: str, topic: str, ends: dict[int, int], prefix: str,
-               timeout_seconds: float) -> dict[str, float]:
-    """Run one ``fleetmon worker`` until its watermarks reach ``ends``."""
+               timeout_seconds: float, profile: Path | None = None) -> dict[str, float]:
+    """Run one ``fleetmon worker`` until its watermarks reach ``ends`` (``profile``: py-spy output)."""
     client = redis.Redis.from_url(redis_url)
     group = f"bench-worker-{uuid.uuid4().hex}"
     env = dict(os.environ, FLEETMON_KAFKA_BOOTSTRAP=bootstrap, FLEETMON_REDIS_URL=redis_url)
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"{group}.log"
     cpu_before = client.info("cpu")
+    script_before = _script_usec(client)
     peak_rss_kb = 0
+    spy = None
     with open(log_path, "wb") as log:
         spawned = time.perf_counter()
         proc = subprocess.Popen([FLEETMON, "worker", "--topic", topic, "--dlq-topic", f"{topic}.dlq",
@@ -189,6 +239,8 @@ def worker_run(bootstrap: str, redis_url: str, topic: str, ends: dict[int, int],
                 applied = sum(marks.get(source, -1) + 1 for source in targets)
                 if applied and first_at is None:
                     first_at, first_count = now, applied
+                    if profile is not None:
+                        spy = _start_profiler(proc.pid, profile)
                 if all(marks.get(source, -1) >= end for source, end in targets.items()):
                     break
                 if proc.poll() is not None:
@@ -200,6 +252,7 @@ def worker_run(bootstrap: str, redis_url: str, topic: str, ends: dict[int, int],
             done = time.perf_counter()
             peak_rss_kb = max(peak_rss_kb, _peak_rss_kb(proc.pid))
         finally:
+            _stop_profiler(spy)
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=30)
@@ -207,7 +260,10 @@ def worker_run(bootstrap: str, redis_url: str, topic: str, ends: dict[int, int],
                 proc.kill()
                 proc.wait()
     cpu_after = client.info("cpu")
+    script_usec = _script_usec(client) - script_before
     counted = int(float(client.hget(f"{prefix}:counters", "traces") or 0))
+    pairs = int(float(client.hget(f"{prefix}:counters", "pairs") or 0))
+    waiting = sum(client.hlen(key) for key in client.scan_iter(match=f"{prefix}:pending:*", count=1000))
     keys = sum(1 for _ in client.scan_iter(match=f"{prefix}:w:*", count=5000))
     sample = next(client.scan_iter(match=f"{prefix}:w:1m:*", count=5000), None)
     sample_bytes = (client.memory_usage(sample) or 0) if sample else 0
@@ -217,7 +273,8 @@ def worker_run(bootstrap: str, redis_url: str, topic: str, ends: dict[int, int],
     if first_at is None:
         raise RuntimeError(f"the worker applied no record of {topic}; see {log_path}")
     return {"per_s": (total - first_count) / (done - first_at), "wall_seconds": done - spawned,
-            "counted": counted, "redis_cpu_seconds": redis_cpu, "peak_rss_mb": peak_rss_kb / 1024,
+            "counted": counted, "pairs": pairs, "waiting_halves": waiting, "redis_cpu_seconds": redis_cpu,
+            "redis_script_seconds": script_usec / 1e6, "peak_rss_mb": peak_rss_kb / 1024,
             "window_keys": keys, "minute_window_bytes": sample_bytes}
 
 
@@ -251,61 +308,88 @@ async def cleanup(bootstrap: str, redis_url: str, topics: list[str], prefix: str
     client.close()
 
 
+#: name → (share of traces sent as pairs, seconds of event time)
+SHAPES = {"plain": (0.0, 60.0), "pairs20": (0.2, 60.0), "pairs100": (1.0, 60.0), "replay": (0.0, 3600.0)}
+
+
+def run_shape(args: argparse.Namespace, name: str, pair_share: float, span: float, iterate: bool) -> dict[str, Any]:
+    """One shape end to end on its own topic and prefix (see the module docstring)."""
+    topic = f"bench.throughput.{name}.{uuid.uuid4().hex}"
+    prefix = f"bench-throughput-{uuid.uuid4().hex[:12]}"
+    profile = None
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        profile = Path(args.profile) / f"{name}.txt"
+    try:
+        produce_seconds, ends, pairs = asyncio.run(produce(args.bootstrap, topic, args.partitions, args.n,
+                                                           args.seed, pair_share, span))
+        bare = asyncio.run(bare_consumer(args.bootstrap, topic, args.n, args.batch))
+        iterated = asyncio.run(bare_iterator(args.bootstrap, topic, args.n)) if iterate else None
+        worker = worker_run(args.bootstrap, args.redis, topic, ends, prefix, args.timeout, profile)
+    finally:
+        asyncio.run(cleanup(args.bootstrap, args.redis, [topic, f"{topic}.dlq"], prefix))
+    exact = worker["counted"] == args.n and worker["pairs"] == pairs and worker["waiting_halves"] == 0
+    if not exact:
+        print(f"MISMATCH ({name}): Redis counted {worker['counted']} traces and {worker['pairs']} pairs "
+              f"({worker['waiting_halves']} halves waiting); produced {args.n} traces, {pairs} pairs", file=sys.stderr)
+    return {"pair_share": pair_share, "event_span_seconds": span, "produce_per_s": args.n / produce_seconds,
+            "bare": bare, "iterated": iterated, "worker": worker, "pairs_produced": pairs, "exact": exact,
+            "ratio": worker["per_s"] / bare["per_s"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=1_000_000, help="traces to produce (default 1,000,000)")
+    parser.add_argument("--n", type=int, default=1_000_000, help="traces to produce per shape (default 1,000,000)")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--batch", type=int, default=200_000,
                         help="records per getmany for the bare consumer (the worker's batch size)")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--pair-share", type=float, default=0.0,
-                        help="share of traces sent as baseline + shadow pairs (default 0)")
-    parser.add_argument("--event-span", type=float, default=60.0,
-                        help="seconds of event time the traces are spread over, ending now: 60 (default) is a "
-                             "burst of live traffic; 3600 replays an hour of a slower fleet, which writes ~60 "
-                             "times as many minute windows")
+    parser.add_argument("--shapes", default=",".join(SHAPES),
+                        help=f"comma-separated shapes to run, of {', '.join(SHAPES)} (default: all)")
     parser.add_argument("--bootstrap", default=os.environ.get("FLEETMON_KAFKA_BOOTSTRAP", "localhost:9092"))
     parser.add_argument("--redis", default=os.environ.get("FLEETMON_REDIS_URL", "redis://localhost:6379/0"))
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed for the worker")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for each worker run")
+    parser.add_argument("--profile", default="", help="directory for py-spy samples of each worker (optional)")
     args = parser.parse_args(argv)
+    names = [name.strip() for name in args.shapes.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SHAPES]
+    if unknown or not names:
+        parser.error(f"--shapes must name some of {', '.join(SHAPES)}, got {args.shapes!r}")
 
-    topic = f"bench.throughput.{uuid.uuid4().hex}"
-    prefix = f"bench-throughput-{uuid.uuid4().hex[:12]}"
-    try:
-        produce_seconds, ends = asyncio.run(produce(args.bootstrap, topic, args.partitions, args.n, args.seed,
-                                                       args.pair_share, args.event_span))
-        bare = asyncio.run(bare_consumer(args.bootstrap, topic, args.n, args.batch))
-        iterated = asyncio.run(bare_iterator(args.bootstrap, topic, args.n))
-        worker = worker_run(args.bootstrap, args.redis, topic, ends, prefix, args.timeout)
-    finally:
-        asyncio.run(cleanup(args.bootstrap, args.redis, [topic, f"{topic}.dlq"], prefix))
-    if worker["counted"] != args.n:
-        print(f"MISMATCH: Redis counted {worker['counted']} traces, produced {args.n}", file=sys.stderr)
-    ratio = worker["per_s"] / bare["per_s"]
-    rows = [("produce (aiokafka, not timed)", args.n / produce_seconds, produce_seconds),
-            ("bare aiokafka consumer (getmany)", bare["per_s"], bare["wall_seconds"]),
-            ("bare aiokafka consumer (async for)", iterated["per_s"], iterated["wall_seconds"]),
-            ("fleetmon worker → Redis", worker["per_s"], worker["wall_seconds"])]
-    print(f"throughput bench: {args.n:,} traces, {args.partitions} partitions, Kafka {args.bootstrap}")
-    print(f"{'stage':<36} {'records/s':>12} {'wall s':>8}")
-    for name, rate, wall in rows:
-        print(f"{name:<36} {rate:>12,.0f} {wall:>8.1f}")
-    print(f"worker peak RSS {worker['peak_rss_mb']:.0f} MB; "
-          f"Redis server CPU (all clients) {worker['redis_cpu_seconds']:.1f} s "
-          f"over the worker's {worker['wall_seconds']:.1f} s; {worker['window_keys']:,} window hashes "
-          f"(a 1-minute one: {worker['minute_window_bytes']:,} bytes)")
-    print(f"ratio worker / bare consumer: {ratio:.3f} (getmany), {worker['per_s'] / iterated['per_s']:.3f} "
-          f"(async for)   Redis counted {worker['counted']:,} traces")
-    print(json.dumps({"bench": "throughput", "n": args.n, "partitions": args.partitions,
-                      "pair_share": args.pair_share, "event_span_seconds": args.event_span,
-                      "traces_per_s": round(worker["per_s"]), "bare_consumer_per_s": round(bare["per_s"]),
-                      "ratio": round(ratio, 3), "bare_consumer_iter_per_s": round(iterated["per_s"]),
-                      "ratio_vs_iter": round(worker["per_s"] / iterated["per_s"], 3),
-                      "worker_wall_seconds": round(worker["wall_seconds"], 2),
-                      "worker_peak_rss_mb": round(worker["peak_rss_mb"]),
-                      "redis_cpu_seconds": round(worker["redis_cpu_seconds"], 2),
-                      "counted_exact": worker["counted"] == args.n}))
-    return 0 if worker["counted"] == args.n else 1
+    results = {name: run_shape(args, name, *SHAPES[name], iterate=i == 0) for i, name in enumerate(names)}
+    print(f"throughput bench: {args.n:,} traces per shape, {args.partitions} partitions, Kafka {args.bootstrap}, "
+          f"Redis {args.redis} (ratios: worker / bare consumer on the same topic, same run)")
+    print(f"{'shape':<9} {'pairs':>6} {'span s':>7} {'bare/s':>10} {'worker/s':>10} {'ratio':>6} {'wall s':>7} "
+          f"{'RSS MB':>7} {'Redis CPU s':>11} {'script µs/trace':>15} {'exact':>6}")
+    for name, r in results.items():
+        w = r["worker"]
+        print(f"{name:<9} {r['pair_share']:>6.0%} {r['event_span_seconds']:>7.0f} {r['bare']['per_s']:>10,.0f} "
+              f"{w['per_s']:>10,.0f} {r['ratio']:>6.3f} {w['wall_seconds']:>7.1f} {w['peak_rss_mb']:>7.0f} "
+              f"{w['redis_cpu_seconds']:>11.2f} {w['redis_script_seconds'] * 1e6 / args.n:>15.2f} {r['exact']!s:>6}")
+    first = results[names[0]]
+    if first["iterated"] is not None:
+        print(f"bare consumer one message at a time (async for, {names[0]}): {first['iterated']['per_s']:,.0f}/s")
+    out: dict[str, Any] = {"bench": "throughput", "n": args.n, "partitions": args.partitions}
+    if "plain" in results:
+        plain = results["plain"]
+        out.update(traces_per_s=round(plain["worker"]["per_s"]), bare_consumer_per_s=round(plain["bare"]["per_s"]),
+                   ratio=round(plain["ratio"], 3))
+    for name in ("pairs20", "pairs100", "replay"):
+        if name in results:
+            out[f"{name}_ratio"] = round(results[name]["ratio"], 3)
+    if first["iterated"] is not None:
+        out["bare_consumer_iter_per_s"] = round(first["iterated"]["per_s"])
+    out["counted_exact"] = all(r["exact"] for r in results.values())
+    out["shapes"] = {name: {
+        "traces_per_s": round(r["worker"]["per_s"]), "bare_consumer_per_s": round(r["bare"]["per_s"]),
+        "ratio": round(r["ratio"], 3), "pair_share": r["pair_share"], "event_span_seconds": r["event_span_seconds"],
+        "pairs": r["worker"]["pairs"], "worker_wall_seconds": round(r["worker"]["wall_seconds"], 2),
+        "worker_peak_rss_mb": round(r["worker"]["peak_rss_mb"]),
+        "redis_cpu_seconds": round(r["worker"]["redis_cpu_seconds"], 2),
+        "redis_script_us_per_trace": round(r["worker"]["redis_script_seconds"] * 1e6 / args.n, 3),
+        "window_keys": r["worker"]["window_keys"], "counted_exact": r["exact"]} for name, r in results.items()}
+    print(json.dumps(out))
+    return 0 if out["counted_exact"] else 1
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ through the helpers of panels.py), so the JSON follows Grafana's own schema.
 Every panel reads the Prometheus datasource picked by the ``datasource``
 variable (default uid ``fleetmon-prometheus``, provisioned by
 grafana/provisioning/datasources/fleetmon.yml). Slice variables are multi-value
-with ``.*`` as "All", so every selector uses ``=~``.
+with ``.*`` as "All", so every selector uses ``=~``; a panel reads one slice grouping.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # panels.py beside this script, however it is loaded
 
 from panels import (
+    BASE,
     DATASOURCE_UID,
     SLICE_DIMENSIONS,
     SLICE_SELECTOR,
@@ -32,6 +33,7 @@ from panels import (
     PanelBuilder,
     annotation,
     dashboard,
+    grouping_variable,
     label_variable,
     per_comparison,
     right_axis,
@@ -68,13 +70,13 @@ def release_changes() -> Annotation:
 # ---------------------------------------------------------------- dashboards
 
 def fleet_overview() -> dict[str, Any]:
-    hist = "sum by (release, le) (rate(fleetmon_latency_seconds_bucket[5m]))"
+    hist = f"sum by (release, le) (rate(fleetmon_latency_seconds_bucket{{{BASE}}}[5m]))"
     panels: list[PanelBuilder] = [
         stat("Exporter up", "min(fleetmon_exporter_up * on (job, instance) fleetmon_store_up)", (0, 0, 4, 4),
              "none", "1 when the exporter answers and can read Redis (fleetmon_store_up).",
              [(None, "red"), (1, "green")]),
         stat("Active slices", "sum(fleetmon_active_slices)", (4, 0, 4, 4), "none",
-             "Slices with traffic in the exporter's active window (default 2 h)."),
+             "Slice rows (of every grouping) with traffic in the exporter's active window (default 2 h)."),
         stat("Throughput", "sum(release:fleetmon_traces:rate5m)", (8, 0, 4, 4), "reqps",
              "Traces per second over the last 5 minutes, all releases."),
         stat("DLQ records (10 m)", "sum(job:fleetmon_dlq_records:increase10m)", (12, 0, 4, 4), "none",
@@ -112,9 +114,10 @@ def fleet_overview() -> dict[str, Any]:
             ("sum(increase(fleetmon_late_events_total[10m]))", "late events / 10 m"),
             ("sum by (dimension) (increase(fleetmon_folded_label_values_total[10m]))",
              "folded into __other__: {{dimension}} / 10 m"),
+            ("max by (grouping) (increase(fleetmon_grouping_folded_total[10m]))", "over budget: {{grouping}} / 10m"),
         ], (0, 22, 24, 8), "none",
-            "Invalid traces routed to the DLQ, traces too late for a window resolution, and traces whose "
-            "slice value the cardinality guard folded into __other__.", minimum=0),
+            "Invalid traces routed to the DLQ, traces too late for a window resolution, traces whose slice value "
+            "the guard folded into __other__, and traces past a slice grouping's budget.", minimum=0),
         timeseries("Shadow pairing (5 m rate)", [
             ("max(rate(fleetmon_pairs_completed_total[5m]))", "pairs completed / s"),
             ("max(rate(fleetmon_pairs_expired_total[5m]))", "halves expired / s"),
@@ -183,7 +186,7 @@ def slice_drilldown() -> dict[str, Any]:
         ], (16, 34, 8, 8), "short", "Mean steps over all traces and over the solved ones: a scaffold change "
             "that makes the agent wander shows here before it shows in cost.", minimum=0),
     ]
-    variables = [label_variable(d) for d in SLICE_DIMENSIONS] + [window_variable()]
+    variables = [grouping_variable(), *(label_variable(d) for d in SLICE_DIMENSIONS), window_variable()]
     return dashboard("fleetmon-slices", "fleetmon / Slice drill-down",
                      "Every windowed figure of one or several slices, selected per slice dimension.",
                      panels, variables, ["slices"])
@@ -197,7 +200,7 @@ def _with_bounds(metric: str, selector: str, legend: str) -> list[tuple[str, str
 
 def _release_rate(counter: str) -> str:
     """Per release, a per-slice counter's 5-minute rate over the traces' (micro-averaged over its slices)."""
-    return f"sum by (release) (rate({counter}[5m])) / release:fleetmon_traces:rate5m"
+    return f"sum by (release) (rate({counter}{{{BASE}}}[5m])) / release:fleetmon_traces:rate5m"
 
 
 def safety() -> dict[str, Any]:
@@ -257,7 +260,7 @@ def safety() -> dict[str, Any]:
             (f"fleetmon_side_effects_per_trace{{{hour}}}", legend),
         ], (0, 29, 24, 8), "short", "Mean side_effects per trace over the last hour.", minimum=0),
     ]
-    variables = [label_variable(d) for d in SLICE_DIMENSIONS]
+    variables = [grouping_variable(), *(label_variable(d) for d in SLICE_DIMENSIONS)]
     return dashboard("fleetmon-safety", "fleetmon / Safety",
                      "Harmful action, over-refusal, side effects and prompt injection, always together.",
                      panels, variables, ["safety"])
@@ -266,8 +269,8 @@ def safety() -> dict[str, Any]:
 def releases() -> dict[str, Any]:
     cmp_sel = 'baseline=~"$baseline", candidate=~"$candidate", metric=~"$metric"'
     cmp_legend = "{{baseline}} → {{candidate}} {{arm}} {{metric}} {{task_type}} {{tenant}} {{locale}}"
-    cost_per_solved_1h = ("sum by (release) (increase(fleetmon_cost_usd_total[1h])) / "
-                          "sum by (release) (increase(fleetmon_successes_total[1h]))")
+    cost_per_solved_1h = (f"sum by (release) (increase(fleetmon_cost_usd_total{{{BASE}}}[1h])) / "
+                          f"sum by (release) (increase(fleetmon_successes_total{{{BASE}}}[1h]))")
     whole = f'{cmp_sel}, task_type="", tenant="", locale=""'  # the whole comparison: no slice label
     state_code = "max by (baseline, candidate, arm, metric) (" + " or ".join(
         f'(fleetmon_comparison_state{{{whole}, state="{name}"}} == 1) * {i}'
@@ -293,8 +296,8 @@ def releases() -> dict[str, Any]:
             {"Value #A": "success", "Value #B": "success lower", "Value #C": "success upper",
              "Value #D": "cost per solved (USD)", "Value #E": "traces (1 h)"}),
         timeseries("Success ratio by release and arm (5 m)", [
-            ("sum by (release, arm) (rate(fleetmon_successes_total[5m])) / "
-             "sum by (release, arm) (rate(fleetmon_traces_total[5m]))", "{{release}} {{arm}}"),
+            (f"sum by (release, arm) (rate(fleetmon_successes_total{{{BASE}}}[5m])) / "
+             f"sum by (release, arm) (rate(fleetmon_traces_total{{{BASE}}}[5m]))", "{{release}} {{arm}}"),
         ], (0, 10, 12, 8), "percentunit", "Canary and shadow arms next to the baseline, per release. "
             "Raw ratios: the statistical comparison is below.", minimum=0, maximum=1),
         right_axis(timeseries("Cost vs success over time (1 h, the Pareto's two axes)", [

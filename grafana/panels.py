@@ -29,7 +29,14 @@ from grafana_foundation_sdk.models import xychart as xychart_models
 DATASOURCE_UID = "fleetmon-prometheus"
 DS = models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 SLICE_DIMENSIONS = ("release", "arm", "task_type", "tenant", "locale")
-SLICE_SELECTOR = ", ".join(f'{d}=~"${d}"' for d in SLICE_DIMENSIONS)
+#: The default slice groupings' ``grouping`` label values (monitor/groupings.py default_groupings; a unit
+#: test keeps them equal). Each trace is in one row of every grouping: a panel reads one grouping.
+GROUPINGS = ("", "task_type", "tenant", "locale", "task_type,tenant", "task_type,locale")
+#: Selects the rows of the grouping picked by the ``grouping`` variable.
+GROUPING_SELECTOR = 'grouping=~"$grouping"'
+SLICE_SELECTOR = ", ".join([*(f'{d}=~"${d}"' for d in SLICE_DIMENSIONS), GROUPING_SELECTOR])
+#: The release × arm grouping (its label is absent): sums by release or arm over it count each trace once.
+BASE = 'grouping=""'
 #: (x, y, w, h) on Grafana's 24-column grid.
 Grid = tuple[int, int, int, int]
 #: (PromQL, legend format) of one query.
@@ -182,6 +189,29 @@ def label_variable(name: str, metric: str = "fleetmon_traces_total") -> dashboar
             .query(f"label_values({metric}, {name})").multi(True).include_all(True).all_value(".*")
             .current(models.VariableOption(text=["All"], value=["$__all"]))
             .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(models.VariableSort.ALPHABETICAL_ASC))
+
+
+#: The ``grouping`` variable's value for release × arm: a regex that matches only the empty (absent) label.
+BASE_GROUPING_VALUE = "()"
+
+
+def grouping_variable() -> dashboard_builders.CustomVariable:
+    """The slice grouping a dashboard's per-slice panels read (single value; default release × arm).
+
+    Grouping names hold commas, escaped in the custom variable's query; an operator's own grouping is
+    picked with ``?var-grouping=<name>`` or added to :data:`GROUPINGS`."""
+    def text(name: str) -> str:
+        return "release × arm" if not name else "release × arm × " + name.replace(",", " × ")
+
+    def value(name: str) -> str:
+        return name or BASE_GROUPING_VALUE
+
+    options = [models.VariableOption(text=text(g), value=value(g), selected=not g) for g in GROUPINGS]
+    query = ",".join(f"{text(g)} : {value(g)}".replace(",", "\\,") if "," in g else f"{text(g)} : {value(g)}"
+                     for g in GROUPINGS)
+    return (dashboard_builders.CustomVariable("grouping").label("grouping").values(query).multi(False)
+            .include_all(False).current(models.VariableOption(text=text(""), value=BASE_GROUPING_VALUE))
+            .options(options))
 
 
 def window_variable() -> dashboard_builders.CustomVariable:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from monitor.groupings import GroupingSet, coerce_groupings, grouping_set
 from monitor.redact import SECRET_KEYS, redact_notifier_url, redact_url, remember, secrets_of_url
 from monitor.slices import DEFAULT_DIMENSIONS
 from monitor.windows import parse_duration
@@ -60,12 +61,22 @@ class KafkaConfig:
 class RedisConfig:
     url: str = field(default="redis://localhost:6379/0", repr=False)
     prefix: str = "fleetmon"
+    cluster: bool = False  # url names one node of a Redis Cluster (monitor/store/redis/cluster.py)
 
 
 @dataclass(frozen=True)
 class SlicesConfig:
     dimensions: tuple[str, ...] = DEFAULT_DIMENSIONS
     max_values: int = 100
+    #: Cross-dimension groupings beyond the defaults (monitor/groupings.py), each a tuple of dimensions.
+    groupings: tuple[tuple[str, ...], ...] = ()
+    grouping_budget: int = 1000
+    #: Per-grouping budgets: (grouping name = its dimensions other than release and arm joined with ",", budget).
+    grouping_budgets: tuple[tuple[str, int], ...] = ()
+
+    def grouping_set(self) -> GroupingSet:
+        """The groupings a trace is counted in (ValueError names a bad field, see monitor.groupings)."""
+        return grouping_set(self.dimensions, self.groupings, self.grouping_budget, self.grouping_budgets)
 
 
 @dataclass(frozen=True)
@@ -200,6 +211,11 @@ WORKER_KNOBS: dict[str, Callable[[str], Any]] = {
 
 
 def _coerce(where: str, value: Any, default: Any, from_env: bool) -> Any:
+    if "slices.grouping" in where and not where.rstrip(")").endswith("grouping_budget"):
+        try:
+            return coerce_groupings(where, value, from_env)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     kind = type(default)
     shown = "***" if where.rsplit(".", 1)[-1] in SECRET_KEYS else repr(value)
     if kind is tuple:
@@ -256,11 +272,21 @@ def _check(config: Config) -> None:
                           f"got {redact_url(config.redis.url)!r}")
     if not config.redis.prefix or " " in config.redis.prefix:
         raise bad("redis.prefix", config.redis.prefix, "a non-empty key prefix without spaces")
+    if config.redis.cluster and ("{" in config.redis.prefix or "}" in config.redis.prefix):
+        raise bad("redis.prefix", config.redis.prefix, "without '{' or '}' when redis.cluster is true "
+                  "(the cluster store adds hash tags after it)")
+    if config.redis.cluster and scheme == "unix":
+        raise bad("redis.url", redact_url(config.redis.url), "a redis:// or rediss:// node address when "
+                  "redis.cluster is true")
     dims = config.slices.dimensions
     if not dims or len(set(dims)) != len(dims):
         raise bad("slices.dimensions", list(dims), "a non-empty list of distinct dimension names")
     if config.slices.max_values < 1:
         raise bad("slices.max_values", config.slices.max_values, "an integer >= 1")
+    try:
+        config.slices.grouping_set()
+    except ValueError as exc:
+        raise ConfigError(f"{config.source}: {exc}") from None
     for section, key in (("windows", "minute_retention"), ("windows", "hour_retention"), ("alerts", "interval"),
                          ("alerts", "pair_ttl"), ("alerts", "hold"), ("alerts", "renotify"),
                          ("alerts", "canary_lookback"), ("alerts", "canary_block"),

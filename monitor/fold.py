@@ -1,9 +1,10 @@
 """Folding a batch of validated traces into the fold's part of a :class:`~monitor.delta.BatchDelta` (pure).
 
 Traces are grouped by raw slice and window (:func:`group_traces`), then
-placed through the cardinality guard into per-(resolution, window, slice)
-aggregates, per-slice totals, latest event times and the counters
-``traces``, ``late`` and ``folded:<dim>`` (:func:`place_groups`), and each
+placed through the cardinality guard into one row per slice grouping
+(:mod:`monitor.groupings`): per-(resolution, window, row) aggregates, per-row
+totals, latest event times and the counters ``traces``, ``late``,
+``folded:<dim>`` and ``grouping_folded:<grouping>`` (:func:`place_groups`), and each
 release label's version tuples (:mod:`monitor.identity`). The fold
 knows nothing of shadow pairs: :meth:`monitor.pairing.Pairer.join` adds
 those to the same delta. Time is passed in (``now``, epoch seconds).
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from monitor import identity
+from monitor import groupings, identity
 from monitor.aggregate import Aggregate
 from monitor.delta import BatchDelta
 from monitor.schema import Trace
@@ -66,14 +67,19 @@ def group_traces(traces: Iterable[Trace], dimensions: Sequence[str], resolutions
 def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: float,
                  resolutions: Sequence[Resolution], delta: BatchDelta) -> int:
     """Merge groups (in order of first position) into ``delta``'s windows and
-    totals, through the cardinality guard; returns how many traces they hold.
+    totals — one row per slice grouping (:mod:`monitor.groupings`), through the
+    cardinality guard; returns how many traces they hold.
 
     The guard is asked once per distinct raw slice, in order of first
-    appearance (its answer for a value never changes once given); a window
-    already past retention at ``now`` is skipped and its traces counted late.
+    appearance (its answer for a value or a combination never changes once
+    given); a window already past retention at ``now`` is skipped and its
+    traces counted late (once per trace, not per grouping).
     """
     windows, totals, last_seen = delta.windows, delta.totals, delta.last_seen
-    keys: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}   # raw values -> (slice id, folded dims)
+    grouping_set = groupings.of_slicer(slicer)
+    admit = groupings.guard_admit(slicer.guard)
+    # raw values -> (row ids, folded dims, folded groupings)
+    keys: dict[tuple[str, ...], tuple[list[str], tuple[str, ...], tuple[str, ...]]] = {}
     count = 0
     for (values, starts), group in groups:
         agg = group.aggregate
@@ -81,37 +87,45 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
         if cached is None:
             key = slicer.key_for(values)
             folded_dims = tuple(dim for (dim, value), raw in zip(key, values) if value == OTHER and raw != OTHER)
-            cached = keys[values] = (slice_id(key), folded_dims)
-        sid, folded_dims = cached
+            rows = grouping_set.rows(key, admit)
+            cached = keys[values] = ([slice_id(row) for _, row, _ in rows], folded_dims,
+                                     tuple(g.name for g, _, folded in rows if folded))
+        sids, folded_dims, folded_groupings = cached
         n = agg.traces
         count += n
         for dim in folded_dims:
             delta.count("folded:" + dim, n)
+        for name in folded_groupings:
+            delta.count(groupings.FOLDED_COUNTER_PREFIX + name, n)
         owned = True  # the group aggregate is stored once without a copy, merged elsewhere
         late = False
-        for res, start in zip(resolutions, starts):
-            if res.expired(start, now):
-                late = True
-                continue
-            window_key = (res.name, start, sid)
-            existing = windows.get(window_key)
-            if existing is not None:
-                existing.merge(agg)
+        for sid in sids:
+            for res, start in zip(resolutions, starts):
+                if res.expired(start, now):
+                    late = True
+                    continue
+                window_key = (res.name, start, sid)
+                existing = windows.get(window_key)
+                if existing is not None:
+                    existing.merge(agg)
+                elif owned:
+                    windows[window_key] = agg
+                    owned = False
+                else:
+                    windows[window_key] = agg.copy()
+                delta.expire_at[(res.name, start)] = res.expire_at(start)
+            total = totals.get(sid)
+            if total is not None:
+                total.merge(agg)
             elif owned:
-                windows[window_key] = agg
+                totals[sid] = agg
                 owned = False
             else:
-                windows[window_key] = agg.copy()
-            delta.expire_at[(res.name, start)] = res.expire_at(start)
-        total = totals.get(sid)
-        if total is not None:
-            total.merge(agg)
-        else:
-            totals[sid] = agg if owned else agg.copy()
+                totals[sid] = agg.copy()
+            if group.latest > last_seen.get(sid, 0.0):
+                last_seen[sid] = group.latest
         if late:
             delta.count("late", n)
-        if group.latest > last_seen.get(sid, 0.0):
-            last_seen[sid] = group.latest
     if count:
         delta.count("traces", count)
     return count

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
@@ -191,6 +191,22 @@ class PairedEvidence(NamedTuple):
     counts: PairedCounts
 
 
+def _compact_json() -> Callable[[Any], str]:
+    """``json.dumps(value, separators=(",", ":"))`` without building an encoder per call: CPython's C
+    encoder made once with the arguments ``JSONEncoder.iterencode`` gives it (no cycle check, which
+    only guards against cycles; the text is the same, checked against ``json.dumps`` in the tests)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - an interpreter without the C accelerator
+        return lambda value: json.dumps(value, separators=(",", ":"))
+    encoder = json.JSONEncoder(separators=(",", ":"))
+    iterencode = make(None, encoder.default, json.encoder.encode_basestring_ascii, None, encoder.key_separator,
+                      encoder.item_separator, encoder.sort_keys, encoder.skipkeys, encoder.allow_nan)
+    return lambda value: "".join(iterencode(value, 0))
+
+
+_half_json = _compact_json()
+
+
 @dataclass(frozen=True, slots=True)
 class Half:
     arm: str
@@ -205,14 +221,19 @@ class Half:
     over_refusal: bool
 
     def to_json(self) -> str:
-        return json.dumps([self.arm, self.release, self.success, self.harmful, self.cost_usd,
-                           self.latency_seconds, self.ts, list(self.slices), self.benign, self.over_refusal],
-                          separators=(",", ":"))
+        return _half_json([self.arm, self.release, self.success, self.harmful, self.cost_usd,
+                                     self.latency_seconds, self.ts, list(self.slices), self.benign,
+                                     self.over_refusal])
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Half:
         arm, release, success, harmful, cost, latency, ts, slices, benign, over = json.loads(text)
         return cls(arm, release, success, harmful, cost, latency, ts, tuple(slices), benign, over)
+
+
+def comparison_slice_ids(key: SliceKey) -> tuple[str, ...]:
+    """The ids of the slices a half of guarded slice ``key`` counts in (:func:`comparison_slices`)."""
+    return tuple(slice_id(k) for k in comparison_slices(key))
 
 
 def pair_key(baseline_release: str, candidate_release: str, sid: str) -> str:
@@ -225,6 +246,10 @@ def parse_pair_key(key: str) -> tuple[str, str, str]:
         raise ValueError(f"not a pair key: {key!r}")
     baseline, candidate, sid = key[len(PAIR_PREFIX):].split(":", 2)
     return unquote(baseline), unquote(candidate), sid
+
+
+#: Adds one completed pair (baseline half, candidate half) to a delta: :func:`record_pair` or an equal one.
+RecordPair = Callable[["Half", "Half", BatchDelta, Caps], None]
 
 
 class Pairer:
@@ -246,11 +271,19 @@ class Pairer:
             self.pending[pair_id] = Half.from_json(text)
 
     def half(self, trace: Trace, key: SliceKey) -> Half:
-        cost = self.prices.cost_usd(trace.model_id, trace.ts, trace.tokens_in, trace.tokens_cached_in,
-                                    trace.tokens_out, trace.fees_usd)
-        return Half(trace.arm, trace.release, trace.success, trace.harmful_action, cost, trace.latency_seconds,
-                    trace.ts or 0.0, tuple(slice_id(k) for k in comparison_slices(key)), bool(trace.benign),
-                    bool(trace.benign and trace.refused))
+        return self.half_of(trace.arm, trace.release, trace.success, trace.harmful_action, trace.model_id,
+                            trace.ts, (trace.tokens_in, trace.tokens_cached_in, trace.tokens_out), trace.fees_usd,
+                            trace.latency_seconds, bool(trace.benign), trace.refused, comparison_slice_ids(key))
+
+    def half_of(self, arm: str, release: str, success: bool, harmful: bool, model_id: str, ts: float | None,
+                tokens: tuple[int, int, int], fees_usd: float, latency_seconds: float | None, benign: bool,
+                refused: bool, slices: tuple[str, ...]) -> Half:
+        """The half of a trace given by its fields (``tokens``: in, cached in, out; ``slices``: its
+        :func:`comparison_slice_ids`), priced with the entry in force at ``ts``: what :meth:`half` makes
+        of a :class:`Trace`, for a reader that has the fields but no trace (:mod:`streams.native`)."""
+        cost = self.prices.cost_usd(model_id, ts, tokens[0], tokens[1], tokens[2], fees_usd)
+        return Half(arm, release, success, harmful, cost, latency_seconds, ts or 0.0, slices, benign,
+                    benign and refused)
 
     def join(self, traces: Iterable[Trace], slicer: Slicer, now: float, delta: BatchDelta) -> BatchDelta:
         """Offer every trace (with its guarded key), then expire halves past the TTL at ``now``; returns ``delta``.
@@ -264,12 +297,15 @@ class Pairer:
         self.expire(now, delta)
         return delta
 
-    def offer(self, trace: Trace, key: SliceKey, delta: BatchDelta) -> None:
+    def offer(self, trace: Trace, key: SliceKey, delta: BatchDelta, record: RecordPair | None = None) -> None:
         """Take one trace (with its guarded slice key); pairs complete into ``delta``."""
         if trace.pair_id is None or trace.arm not in PAIRED_ARMS:
             return
-        pair_id = trace.pair_id
-        half = self.half(trace, key)
+        self.offer_half(trace.pair_id, self.half(trace, key), delta, record)
+
+    def offer_half(self, pair_id: str, half: Half, delta: BatchDelta, record: RecordPair | None = None) -> None:
+        """Take one half (of an arm in :data:`PAIRED_ARMS`); a completed pair goes to ``record``
+        (default :func:`record_pair`; another must add the same evidence to ``delta``)."""
         other = self.pending.get(pair_id)
         if other is None:
             self.pending[pair_id] = half
@@ -281,7 +317,7 @@ class Pairer:
         del self.pending[pair_id]
         delta.stop_waiting(pair_id)
         base, cand = (other, half) if other.arm == BASELINE_ARM else (half, other)
-        record_pair(base, cand, delta, self.caps)
+        (record or record_pair)(base, cand, delta, self.caps)
 
     def expire(self, now: float, delta: BatchDelta) -> int:
         """Drop halves waiting longer than the TTL at ``now``; returns how many."""

@@ -8,6 +8,10 @@ of the store's keys). A missing value is ``unknown``. The whole fleet is
 :data:`WHOLE_FLEET`, the empty key (its id is ``""``). A comparison of two
 releases is judged on :func:`comparison_slices`.
 
+What is stored per trace is one row per slice grouping (:mod:`monitor.groupings`),
+each carrying only its grouping's dimensions; the key of a trace here is the
+full, per-dimension guarded key those rows are cut from.
+
 Cardinality guard: each dimension admits at most ``max_values`` distinct
 values; the first ones seen are admitted (in a steady fleet the values that
 carry the volume appear first), later new values fold into ``__other__``
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from monitor.schema import Trace
 
@@ -97,25 +102,49 @@ class CardinalityGuard:
         return self.max_values.get(dim, 100)
 
     def admit(self, dim: str, value: str) -> str:
+        return self.admit_capped(dim, value, self.cap(dim))
+
+    def admit_capped(self, dim: str, value: str, cap: int) -> str:
+        """``value`` if the set ``dim`` holds it or has room under ``cap`` (it is then added), else ``__other__``.
+
+        The groupings' admitted sets of value combinations (:mod:`monitor.groupings`) use it with their budget.
+        """
         seen = self.admitted.setdefault(dim, set())
         if value in seen:
             return value
-        if len(seen) < self.cap(dim):
+        if len(seen) < cap:
             seen.add(value)
             return value
         return OTHER
 
 
+class GroupingRows(Protocol):
+    """What a slicer places traces with (:class:`monitor.groupings.GroupingSet`)."""
+
+    @property
+    def dimensions(self) -> tuple[str, ...]: ...
+
+    def names(self) -> tuple[str, ...]: ...
+
+
 @dataclass
 class Slicer:
-    """Turns a trace into its guarded slice key."""
+    """Turns a trace into its guarded slice key (the full key over every dimension, per-dimension guarded).
+
+    What is stored is not that key but one row per grouping (:mod:`monitor.groupings`, placed by
+    :func:`monitor.fold.place_groups`); ``groupings`` None means the default groupings of ``dimensions``.
+    """
 
     dimensions: Sequence[str] = DEFAULT_DIMENSIONS
     guard: CardinalityGuard = field(default_factory=CardinalityGuard)
+    groupings: GroupingRows | None = None
 
     def __post_init__(self) -> None:
         if len(set(self.dimensions)) != len(self.dimensions):
             raise ValueError(f"slice dimensions must be distinct, got {list(self.dimensions)}")
+        if self.groupings is not None and tuple(self.groupings.dimensions) != tuple(self.dimensions):
+            raise ValueError(f"the groupings are of dimensions {list(self.groupings.dimensions)}, "
+                             f"the slicer's are {list(self.dimensions)}")
 
     def key(self, trace: Trace) -> SliceKey:
         return self.key_for([trace.dimension(dim) or UNKNOWN for dim in self.dimensions])

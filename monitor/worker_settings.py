@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.config import Config, ConfigError, KafkaConfig
+from monitor.groupings import GroupingSet
 from monitor.pairing import DEFAULT_CAPS, Caps
 from monitor.redact import redact_url
 from monitor.slices import DEFAULT_DIMENSIONS
@@ -19,8 +20,11 @@ class WorkerSettings:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     redis_url: str = field(default="redis://localhost:6379/0", repr=False)
     prefix: str = "fleetmon"
+    redis_cluster: bool = False               # redis_url names a node of a Redis Cluster
     dimensions: tuple[str, ...] = DEFAULT_DIMENSIONS
     max_slice_values: int = 100
+    #: The slice groupings and budgets (monitor/groupings.py); None: the defaults of ``dimensions``.
+    groupings: GroupingSet | None = None
     resolutions: tuple[Resolution, ...] = field(default_factory=lambda: resolutions_for(48 * 3600, 35 * 86400))
     batch_max_records: int = 200_000
     batch_within_seconds: float = 1.0
@@ -42,7 +46,10 @@ class WorkerSettings:
         """A loggable summary (the Redis password is masked, Kafka secrets left out)."""
         return {"bootstrap": self.bootstrap, "redis": redact_url(self.redis_url), "topic": self.topic,
                 "dlq_topic": self.dlq_topic, "group_id": self.group_id, "prefix": self.prefix,
+                "redis_cluster": self.redis_cluster,
                 "dimensions": list(self.dimensions), "max_slice_values": self.max_slice_values,
+                "grouping_budgets": {g.name: g.budget for g in self.groupings.groupings if g.name}
+                if self.groupings is not None else "defaults",
                 "windows": {r.name: r.retention_seconds for r in self.resolutions},
                 "batch_max_records": self.batch_max_records, "batch_within_seconds": self.batch_within_seconds,
                 "pair_ttl_seconds": self.pair_ttl_seconds, "native": self.native,
@@ -59,7 +66,9 @@ def worker_settings(config: Config, *, pairing: bool = True) -> WorkerSettings:
     w = config.worker
     return WorkerSettings(
         kafka=config.kafka, redis_url=config.redis.url, prefix=config.redis.prefix,
+        redis_cluster=config.redis.cluster,
         dimensions=config.slices.dimensions, max_slice_values=config.slices.max_values, resolutions=resolutions,
+        groupings=config.slices.grouping_set(),
         batch_max_records=w.batch_max_records, batch_within_seconds=w.batch_within,
         max_record_bytes=w.max_record_bytes, partitions=w.partitions, session_timeout_seconds=w.session_timeout,
         native=w.native, pair_ttl_seconds=config.seconds("alerts", "pair_ttl") if pairing else None,

@@ -53,6 +53,9 @@ mkdir -p "$LOG_DIR" "$RUN_DIR"
 # FLEETMON_SERVICES_SECURE=1: a SASL_SSL Kafka listener and a TLS Redis too
 # shellcheck source=../services/secure.sh
 source "$REPO_DIR/services/secure.sh"
+# FLEETMON_SERVICES_REDIS_CLUSTER=1: a six-node Redis Cluster on 7000-7005 too
+# shellcheck source=../services/cluster.sh
+source "$REPO_DIR/services/cluster.sh"
 # `kafka-tool`: the Kafka command-line tools, fetched on first use
 # shellcheck source=../services/tools.sh
 source "$REPO_DIR/services/tools.sh"
@@ -637,6 +640,7 @@ cmd_start() {
       log "$name ready on $(address_of "$name") (pid $(running_pid "$name"), $((SECONDS - t_start[i])) s)"
   done
   if secure_on; then secure_start "$@"; fi
+  if cluster_on; then cluster_start "$@"; fi
   log "all requested services up ($((SECONDS - t0)) s); logs in $LOG_DIR"
 }
 
@@ -668,7 +672,7 @@ cmd_stop() {
   # reverse order: Prometheus before what it scrapes/alerts to, Kafka last
   for ((i = $# ; i >= 1 ; i--)); do
     name="${!i}"
-    [[ "$name" == redis ]] && secure_redis_stop
+    [[ "$name" == redis ]] && { secure_redis_stop; cluster_stop; }
     stop_one "$name"
   done
 }
@@ -684,7 +688,7 @@ cmd_status() {
     else
       printf '%-13s stopped  %-12s %s\n' "$name" "" "$(address_of "$name")"
     fi
-    if [[ "$name" == redis ]]; then secure_status; fi
+    if [[ "$name" == redis ]]; then secure_status; cluster_status; fi
   done
 }
 

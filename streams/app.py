@@ -34,7 +34,7 @@ from faust.app.base import BootStrategy
 
 from monitor.kafka import aiokafka_admin, faust_broker
 from monitor.kafka import faust_credentials as faust_credential_options
-from monitor.store.redis.store import RedisStore
+from monitor.store.redis.open import open_store
 from monitor.worker_settings import WorkerSettings
 from streams.loop import ConsumeLoop, tune_gc
 
@@ -97,7 +97,8 @@ class AggregateService(mode.Service):
 
     async def on_start(self) -> None:
         await ensure_topics(self.settings, [self.settings.topic, self.settings.dlq_topic])
-        store = RedisStore.from_url(self.settings.redis_url, self.settings.prefix, self.settings.resolutions)
+        store = open_store(self.settings.redis_url, self.settings.prefix, self.settings.resolutions,
+                           cluster=self.settings.redis_cluster)
         self.loop_runner = ConsumeLoop(self.settings, store, dlq=FaustDlqSink(self.app, self.settings.dlq_topic))
         await self.loop_runner.start()
         log.info("fleetmon worker consuming: %s", self.settings.describe())

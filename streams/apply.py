@@ -31,7 +31,7 @@ from monitor.pricing import PriceMap
 from monitor.slices import Slicer
 from monitor.store.base import AlreadyApplied, Applied, Expected, LostState, Store, StoreError, new_generation_id
 from monitor.windows import Resolution
-from streams.batch import Batch, fold_batch, pair_batch
+from streams.batch import Batch, decode_batch, fold_batch, pair_batch
 
 log = logging.getLogger("fleetmon.worker")
 
@@ -45,6 +45,15 @@ def retry_delay(attempt: int) -> float:
 
 def describe(batch: Batch) -> str:
     return ", ".join(f"{source} offsets {first}..{last}" for source, first, last in batch.ranges())
+
+
+def split_by_source(batch: Batch) -> list[Batch]:
+    """One batch per partition of ``batch``, in order, with the same records. A batch the native path
+    folded holds groups that mix its partitions: its parts are decoded again one by one."""
+    if batch.native is not None:
+        return [decode_batch([(part.topic, part.partition, part.records)], batch.now,
+                             max_record_bytes=batch.max_record_bytes, native=batch.native) for part in batch.parts]
+    return [Batch(parts=[part], now=batch.now, max_record_bytes=batch.max_record_bytes) for part in batch.parts]
 
 
 class StopRequested(Exception):
@@ -97,9 +106,20 @@ class BatchApplier:
         """Apply ``batch`` (sources → partitions in ``tps``); returns the new watermarks, or the lost state.
 
         ``watermarks`` are the ones this worker last applied, per source it holds (see the module docstring).
+        A store that applies one partition at a time (``applies_per_source``: the Redis Cluster store)
+        gets each partition of the batch folded and applied on its own, in order.
         """
+        if len(batch.parts) > 1 and getattr(self.store, "applies_per_source", False):
+            marks: dict[TopicPartition, int] = {}
+            for piece in split_by_source(batch):
+                source = piece.parts[0].source
+                result = self.apply({source: tps[source]}, piece, now, watermarks)
+                if isinstance(result, LostState):
+                    return result  # the partitions applied before it are in the store's watermarks
+                marks.update(result)
+            return marks
         attempt = 0
-        marks: dict[TopicPartition, int] = {}
+        marks = {}
         expected = dict(watermarks)
         delta: BatchDelta | None = None
         pending: dict[str, tuple[dict[str, str], set[str]]] = {}
@@ -116,7 +136,7 @@ class BatchApplier:
                 if delta is None:
                     delta = fold_batch(batch, self.slicer, now, self.resolutions)
                     pairers = {source: self.pairers[tp] for source, tp in tps.items() if tp in self.pairers}
-                    pending = pair_batch(batch, pairers, self.slicer.key, now, delta)
+                    pending = pair_batch(batch, pairers, self.slicer.key, now, delta, self.slicer.key_for)
                 outcome = self.store.apply_verified(delta, batch.ranges(), pending,
                                                     Expected(self.generation, expected), new_generation_id(now))
                 if isinstance(outcome, Applied):

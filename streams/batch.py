@@ -8,8 +8,9 @@ A :class:`Batch` is the consecutive records of one or more partitions
 (one :class:`PartitionBatch` each) that the worker applies to Redis in one
 atomic step. Records are decoded in two ways: the native fast path
 (:mod:`streams.native`) folds the plain full-form traces straight into
-groups, and Python validates the rest (:func:`monitor.schema.validate`),
-which is where every rejection and its reasons come from.
+groups (and hands back the pairer's fields of those with a ``pair_id``),
+and Python validates the rest (:func:`monitor.schema.validate`), which is
+where every rejection and its reasons come from.
 
 Guarantees:
 
@@ -23,7 +24,10 @@ Guarantees:
   the watermark (it is counted in ``dlq``);
 * :func:`fold_batch` is :func:`monitor.fold.fold` of every accepted trace
   (the groups do not depend on which path read which record) plus ``dlq`` =
-  the number of rejections, so one store apply writes both.
+  the number of rejections, so one store apply writes both;
+* :func:`pair_batch` offers each part's shadow halves to its pairer in
+  position order whichever path read them, so the waiting halves and the
+  evidence do not depend on it either.
 """
 
 from __future__ import annotations
@@ -40,11 +44,11 @@ from monitor.fold import Group, GroupKey, group_traces, place_groups
 from monitor.identity import Seen
 from monitor.limits import JSONDecodeError as _JSONDecodeError
 from monitor.limits import loads as _loads  # orjson, rejecting duplicate keys
-from monitor.pairing import Pairer
+from monitor.pairing import Pairer, RecordPair, comparison_slice_ids
 from monitor.schema import PAIRED_ARMS, Trace, TraceError, validate
 from monitor.slices import SliceKey, Slicer
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
-from streams.native import NativeFolder
+from streams.native import NativeFolder, NativeHalf, PairEvidence
 
 log = logging.getLogger("fleetmon.worker")
 
@@ -69,7 +73,8 @@ class PartitionBatch:
 
     ``traces`` are the ones Python validated (``positions``: their places in
     the batch, which order the fold); ``native_count`` more were folded by
-    the native path into the batch's groups, the latest at ``native_latest``.
+    the native path into the batch's groups, the latest at ``native_latest``,
+    and ``halves`` are those of them with a ``pair_id`` (position order).
     """
 
     topic: str
@@ -81,6 +86,7 @@ class PartitionBatch:
     rejections: list[Rejection] = field(default_factory=list)
     native_count: int = 0
     native_latest: float | None = None
+    halves: list[NativeHalf] = field(default_factory=list)
 
     @property
     def source(self) -> str:
@@ -235,7 +241,8 @@ def decode_batch(parts: Sequence[tuple[str, int, Sequence[Any]]], now: float, *,
     batch.identities = result.identities
     slow = iter(result.slow)
     pending = next(slow, None)
-    start = 0
+    halves = result.halves
+    start = taken = 0
     for part, (count, latest) in zip(batch.parts, result.parts):
         part.native_count, part.native_latest = count, latest
         end = start + part.size
@@ -244,6 +251,10 @@ def decode_batch(parts: Sequence[tuple[str, int, Sequence[Any]]], now: float, *,
             left.append((pending, part.records[pending - start]))
             pending = next(slow, None)
         _decode_python(part, left, now, max_record_bytes, loads)
+        first = taken
+        while taken < len(halves) and halves[taken][0] < end:
+            taken += 1
+        part.halves = halves[first:taken]
         start = end
     return batch
 
@@ -273,25 +284,67 @@ def fold_batch(batch: Batch, slicer: Slicer, now: float,
 
 
 def pair_batch(batch: Batch, pairers: Mapping[str, Pairer], key: Callable[[Trace], SliceKey], now: float,
-               delta: BatchDelta) -> dict[str, tuple[dict[str, str], set[str]]]:
+               delta: BatchDelta, key_for: Callable[[Sequence[str]], SliceKey] | None = None,
+               ) -> dict[str, tuple[dict[str, str], set[str]]]:
     """Join the batch's shadow pairs into ``delta`` with each source's pairer (sources without one are
     not paired); returns the waiting halves' changes per source. A half expires on its partition's
-    event-time clock: the part's latest ``ts``, capped at ``now``."""
+    event-time clock: the part's latest ``ts``, capped at ``now``.
+
+    ``key`` is the guarded slice key of a trace read by Python, ``key_for`` that of a native half's
+    raw dimension values (:meth:`monitor.slices.Slicer.key_for`; required when the batch has native
+    halves). Both are called after the fold, so the guard has seen every value of the batch and a
+    value's key cannot change within it: ``key_for`` is called once per distinct value tuple. A batch
+    decoded natively also sums its pairs' evidence natively (:class:`streams.native.PairEvidence`,
+    the same arithmetic as :func:`monitor.pairing.record_pair`, bit for bit).
+    """
     pending: dict[str, tuple[dict[str, str], set[str]]] = {}
+    slices_of: dict[tuple[str, ...], tuple[str, ...]] = {}
+    resolve = key_for or _no_key_for
     for part in batch.parts:
         pairer = pairers.get(part.source)
         latest = part.latest_ts
         if pairer is None or latest is None:
             continue
         paired = BatchDelta()
-        for trace in part.traces:  # the native path leaves every trace with a pair_id to Python
-            if trace.pair_id is not None and trace.arm in PAIRED_ARMS:
-                pairer.offer(trace, key(trace), paired)
+        sums = PairEvidence(pairer.caps) if batch.native is not None else None
+        record = sums.record if sums is not None else None
+        halves = iter(part.halves)
+        half = next(halves, None)
+        for position, trace in zip(part.positions, part.traces):
+            if trace.pair_id is None or trace.arm not in PAIRED_ARMS:
+                continue
+            while half is not None and half[0] < position:  # both paths' halves, in position order
+                _offer_native(pairer, half, resolve, slices_of, paired, record)
+                half = next(halves, None)
+            pairer.offer(trace, key(trace), paired, record)
+        while half is not None:
+            _offer_native(pairer, half, resolve, slices_of, paired, record)
+            half = next(halves, None)
+        if sums is not None:
+            sums.flush(paired)
         pairer.expire(min(now, latest), paired)
         pending[part.source] = (paired.pending_set, paired.pending_del)
         paired.pending_set, paired.pending_del = {}, set()
         delta.merge(paired)
     return pending
+
+
+def _no_key_for(values: Sequence[str]) -> SliceKey:
+    raise ValueError("pair_batch needs key_for to pair the halves the native path read")
+
+
+def _offer_native(pairer: Pairer, half: NativeHalf, key_for: Callable[[Sequence[str]], SliceKey],
+                  slices_of: dict[tuple[str, ...], tuple[str, ...]], delta: BatchDelta,
+                  record: RecordPair | None) -> None:
+    """Offer one native half (see :data:`streams.native.NativeHalf`) as :meth:`Pairer.offer` offers a trace."""
+    _, pair_id, arm, release, dims, (success, harmful, benign, refused), model_id, tokens, fees, latency, ts = half
+    if arm not in PAIRED_ARMS:
+        return
+    slices = slices_of.get(dims)
+    if slices is None:
+        slices = slices_of[dims] = comparison_slice_ids(key_for(dims))
+    pairer.offer_half(pair_id, pairer.half_of(arm, release, success, harmful, model_id, ts, tokens, fees, latency,
+                                              benign, refused, slices), delta, record)
 
 
 def merge_fetches(into: dict[Any, list[Any]], fetched: dict[Any, list[Any]]) -> int:

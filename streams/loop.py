@@ -40,7 +40,8 @@ from monitor.pairing import Pairer
 from monitor.pricing import PriceMap
 from monitor.slices import Slicer
 from monitor.store.base import Expected, LostState, StoreError
-from monitor.store.redis.store import RedisGuard, RedisStore
+from monitor.store.redis.open import AnyRedisStore
+from monitor.store.redis.store import RedisGuard
 from monitor.worker_settings import WorkerSettings
 from streams.apply import BatchApplier, LoopCounters, StopRequested, retry_delay
 from streams.batch import Batch, PartitionBatch, decode_batch, records_after
@@ -73,20 +74,19 @@ class ConsumeLoop:
     dead-lettered when first seen): rejections are then counted, not sent.
     """
 
-    def __init__(self, settings: WorkerSettings, store: RedisStore, *, dlq: DlqSink | None,
+    def __init__(self, settings: WorkerSettings, store: AnyRedisStore, *, dlq: DlqSink | None,
                  consumer: AIOKafkaConsumer | None = None, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.store = store
         self.dlq = dlq
         self.clock = clock
         guard = RedisGuard(store, settings.max_slice_values)
-        self.slicer = Slicer(settings.dimensions, guard)
+        self.slicer = Slicer(settings.dimensions, guard, settings.groupings)
         self.prices = PriceMap.load(settings.price_map or None) if settings.pair_ttl_seconds else None
         self.native: NativeFolder | None = None
         if settings.native and native_available():
             self.native = NativeFolder(settings.dimensions, settings.resolutions,
-                                       max_record_bytes=settings.max_record_bytes,
-                                       pair_id_slow=self.prices is not None)
+                                       max_record_bytes=settings.max_record_bytes)
         elif settings.native:
             log.warning("the native fold (fleetmon_native) is not installed: folding in Python, "
                         "several times slower; `make install` builds it")

@@ -13,7 +13,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     from alerts.engine import AlertEngine
     from alerts.wiring import engine_config, notifier
     from monitor.config import ConfigError, load
-    from monitor.store.redis.store import RedisStore
+    from monitor.store.redis.open import open_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
@@ -22,7 +22,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fleetmon alerts: {exc}", file=sys.stderr)
         return 2
-    store = RedisStore.from_url(args.redis or config.redis.url, prefix=config.redis.prefix)
+    store = open_store(args.redis or config.redis.url, prefix=config.redis.prefix, cluster=config.redis.cluster)
     engine = AlertEngine(store, notifier(config), engine_config(config))
     interval = config.seconds("alerts", "interval")
     stop = {"now": False}

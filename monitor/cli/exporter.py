@@ -47,7 +47,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     from monitor.pricing import PriceMap, PricingError
     from monitor.redact import redact_url
     from monitor.store.base import StoreError
-    from monitor.store.redis.store import RedisStore
+    from monitor.store.redis.open import open_store
     from monitor.windows import parse_duration
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -60,7 +60,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         args.host = args.host or config.exporter.host
         prices = PriceMap.load(args.price_map or config.pricing.price_map or None)
         active_window = parse_duration(args.active_window)
-        store = RedisStore.from_url(args.redis, prefix=args.prefix)
+        store = open_store(args.redis, prefix=args.prefix, cluster=config.redis.cluster)
         extras = [_load_extra(spec, store, prices) for spec in args.extra or ()]
         # The alert engine's latest evidence (fleetmon_comparison_*), from the snapshot it saves.
         extras.append(ComparisonCollector(from_store(store, clock=time.time), config.slices.dimensions))

@@ -187,9 +187,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     guard = None
     store: Store
     if args.redis:
-        from monitor.store.redis.store import RedisGuard, RedisStore
-        store = RedisStore.from_url(config.redis.url, prefix=config.redis.prefix)
-        guard = RedisGuard(store, config.slices.max_values)
+        from monitor.store.redis.open import open_store
+        from monitor.store.redis.store import RedisGuard
+        redis_store = open_store(config.redis.url, prefix=config.redis.prefix, cluster=config.redis.cluster)
+        store = redis_store
+        guard = RedisGuard(redis_store, config.slices.max_values)
     else:
         store = MemoryStore()
     tick = args.tick

@@ -4,8 +4,14 @@ Without ``since`` the figures are the cumulative all-time totals (the
 ``t:`` hashes); with ``since`` they are the merged windows of one resolution
 (default ``1m``) overlapping ``[now - since, now + 300 s)`` — the upper
 bound admits traces stamped up to the schema's allowed clock skew ahead.
-Counters (``dlq``, ``late``, ``folded:<dim>``, ``traces``) are pipeline-wide
-and all-time in both cases. Works with any :class:`monitor.store.base.Store`.
+Counters (``dlq``, ``late``, ``folded:<dim>``, ``grouping_folded:<grouping>``,
+``traces``) are pipeline-wide and all-time in both cases.
+
+Every trace is stored once per slice grouping (:mod:`monitor.groupings`), so
+the whole-fleet ``totals`` are the sum of one grouping's rows (the base
+``release × arm`` grouping, counted once); each slice row names its
+``grouping`` (its dimensions other than release and arm, joined with ``,``;
+``""`` for release × arm) and rows are listed grouping by grouping. Works with any :class:`monitor.store.base.Store`.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from monitor.aggregate import Aggregate
+from monitor.groupings import FOLDED_COUNTER_PREFIX, grouping_name
 from monitor.schema import MAX_FUTURE_SKEW_SECONDS
 from monitor.slices import parse_slice_id
 from monitor.store.base import Store, merged
@@ -44,17 +51,23 @@ def collect_stats(store: Store, *, now: float, since_seconds: float | None = Non
                   "retention_seconds": res.retention_seconds,
                   "complete": since_seconds <= res.retention_seconds}
     counters = store.counters()
+    keys = {sid: parse_slice_id(sid) for sid in per_slice}
     slices = sorted(((sid, summarise(agg)) for sid, agg in per_slice.items()),
-                    key=lambda item: (-item[1]["traces"], item[0]))
+                    key=lambda item: (grouping_name(keys[item[0]]), -item[1]["traces"], item[0]))
+    # each grouping's rows sum to the whole fleet: the totals are the base grouping's, counted once
+    base = {sid: agg for sid, agg in per_slice.items() if grouping_name(keys[sid]) == ""}
     return {
         "since_seconds": since_seconds,
         "window": window,
-        "totals": summarise(merged(per_slice)),
-        "slices": [{"slice": sid, "dimensions": dict(parse_slice_id(sid)), **figures} for sid, figures in slices],
+        "totals": summarise(merged(base)),
+        "slices": [{"slice": sid, "grouping": grouping_name(keys[sid]), "dimensions": dict(keys[sid]), **figures}
+                   for sid, figures in slices],
         "dlq": int(counters.get("dlq", 0)),
         "late": int(counters.get("late", 0)),
         "traces_folded_all_time": int(counters.get("traces", 0)),
         "folded": {k.split(":", 1)[1]: int(v) for k, v in counters.items() if k.startswith("folded:")},
+        "grouping_folded": {k[len(FOLDED_COUNTER_PREFIX):]: int(v) for k, v in counters.items()
+                            if k.startswith(FOLDED_COUNTER_PREFIX)},
         "applied_offsets": store.applied_offsets(),
     }
 
@@ -77,19 +90,24 @@ def render_stats(doc: dict[str, Any], limit: int = 30) -> str:
         f"  dead-lettered {doc['dlq']:,}   late {doc['late']:,}   "
         + ("folded into __other__: " + ", ".join(f"{k} {v:,}" for k, v in sorted(doc["folded"].items()))
            if doc["folded"] else "no slice values folded"),
-        "",
     ]
+    if doc.get("grouping_folded"):
+        lines.append("  past a grouping's budget, folded into __other__: "
+                     + ", ".join(f"{k or 'release×arm'} {v:,}" for k, v in sorted(doc["grouping_folded"].items())))
+    lines.append("")
     slices = doc["slices"]
     if not slices:
         lines.append("  (no slices)")
         return "\n".join(lines)
     width = min(70, max(len(s["slice"]) for s in slices[:limit]))
-    lines.append(f"  {'slice':<{width}}  {'traces':>10}  {'success':>8}  {'tokens_in':>12}  {'tokens_out':>12}")
+    gwidth = max(8, *(len(s["grouping"]) for s in slices[:limit]))
+    lines.append(f"  {'grouping':<{gwidth}}  {'slice':<{width}}  {'traces':>10}  {'success':>8}  {'tokens_in':>12}  "
+                 f"{'tokens_out':>12}")
     for s in slices[:limit]:
         name = s["slice"] if len(s["slice"]) <= width else s["slice"][:width - 1] + "…"
         share = s["successes"] / s["traces"] if s["traces"] else float("nan")
-        lines.append(f"  {name:<{width}}  {s['traces']:>10,}  {share:>8.1%}  {s['tokens_in']:>12,}  "
-                     f"{s['tokens_out']:>12,}")
+        lines.append(f"  {s['grouping'] or '-':<{gwidth}}  {name:<{width}}  {s['traces']:>10,}  {share:>8.1%}  "
+                     f"{s['tokens_in']:>12,}  {s['tokens_out']:>12,}")
     if len(slices) > limit:
         lines.append(f"  ... {len(slices) - limit} more slices (use --limit or --json)")
     return "\n".join(lines)

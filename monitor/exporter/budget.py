@@ -1,13 +1,28 @@
-"""The exporter's series budget: slices past it are folded into one ``__other__`` row per release and arm (pure).
+"""The exporter's series budget: what does not fit is folded into ``__other__`` rows, or left out by
+whole grouping, so that every grouping served still sums to the fleet (pure).
 
-A scrape exports a fixed number of series per slice (its counters, and per
-window its gauges when the slice is active). When the slices would need more
-than ``max_series``, the slices with the most traces (over their totals) are
-kept whole and every other slice is merged into the row of its release and
-arm whose other dimensions read ``__other__`` — so every sum over a
-release or an arm, and the whole fleet's, stays exact, and only the split of
-the smallest slices is lost. Room is kept for those rows first. What was
-folded is reported (``fleetmon_exporter_folded_slices``).
+A scrape exports a fixed number of series per slice row (its counters, and
+per window its gauges when the row is active). Each trace is in one row of
+every slice grouping (:mod:`monitor.groupings`), and a query reads one
+grouping, so the budget keeps whole groupings exact. When the rows would need
+more than ``max_series``:
+
+1. the base grouping (``release × arm``) is served first: its busiest rows,
+   and, only if they do not all fit, one ``release=__other__|arm=__other__``
+   row for the rest (so the fleet's sum stays exact);
+2. then the other groupings, fewest dimensions first: a grouping that fits
+   whole is served whole; one that does not gets room for its ``__other__``
+   row per release and arm (its dimensions other than release and arm read
+   ``__other__``) and competes for the room left with its busiest rows; one
+   whose ``__other__`` rows alone do not fit is left out of the scrape;
+3. the rows of the groupings that compete are kept busiest first (totals'
+   traces, ties by id) while they fit; the others merge into their release
+   and arm's ``__other__`` row of their grouping.
+
+So the slice series served never exceed ``max_series`` (given room for one
+row), every sum over one served grouping by release or arm is exact, and
+what was folded or left out is reported (``fleetmon_exporter_folded_slices``,
+:attr:`Folded.dropped_groupings`).
 """
 
 from __future__ import annotations
@@ -16,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from monitor.aggregate import Aggregate
+from monitor.groupings import grouping_name
 from monitor.slices import parse_slice_id, slice_id
 
 OTHER = "__other__"
@@ -29,19 +45,26 @@ def other_id(sid: str) -> str:
 
 @dataclass(frozen=True)
 class Folded:
-    """The totals and window aggregates to export, and how many slices were folded."""
+    """The totals and window aggregates to export, how many rows were folded or left out, and the
+    groupings left out of the scrape whole."""
 
     totals: dict[str, Aggregate]
     windows: list[dict[str, Aggregate]]
     folded_slices: int
+    dropped_groupings: tuple[str, ...] = ()
+
+
+#: The row the base grouping's rows fold into when even they do not fit.
+FLEET_OTHER = slice_id((("release", OTHER), ("arm", OTHER)))
 
 
 def apply_budget(totals: Mapping[str, Aggregate], windows: Sequence[Mapping[str, Aggregate]], max_series: int,
                  series_per_slice: int, series_per_window: int) -> Folded:
-    """Keep the busiest slices within ``max_series`` and fold the rest (see the module docstring).
+    """Serve at most ``max_series`` slice series (see the module docstring).
 
-    ``windows`` are the windowed aggregates per window (of the active slices);
-    a slice costs ``series_per_slice`` plus ``series_per_window`` per window it is in.
+    ``windows`` are the windowed aggregates per window (of the active rows); a row
+    costs ``series_per_slice`` plus ``series_per_window`` per window it is in, an
+    ``__other__`` row is counted as in every window.
     """
     def cost(sid: str) -> int:
         return series_per_slice + series_per_window * sum(1 for w in windows if sid in w)
@@ -49,21 +72,67 @@ def apply_budget(totals: Mapping[str, Aggregate], windows: Sequence[Mapping[str,
     needed = sum(cost(sid) for sid in totals)
     if needed <= max_series:
         return Folded(dict(totals), [dict(w) for w in windows], 0)
-    rows = {other_id(sid) for sid in totals}
-    room = max_series - len(rows) * (series_per_slice + series_per_window * len(windows))
-    kept: set[str] = set()
-    for sid in sorted(totals, key=lambda s: (-totals[s].traces, s)):
-        c = cost(sid)
-        if c <= room:
-            kept.add(sid)
-            room -= c
-    out_totals = {sid: agg for sid, agg in totals.items() if sid in kept}
-    out_windows = [{sid: agg for sid, agg in w.items() if sid in kept} for w in windows]
-    for sid, agg in totals.items():
-        if sid not in kept:
-            row = other_id(sid)
-            out_totals.setdefault(row, Aggregate()).merge(agg)
-            for w, out in zip(windows, out_windows):
-                if sid in w:
-                    out.setdefault(row, Aggregate()).merge(w[sid])
-    return Folded(out_totals, out_windows, len(totals) - len(kept))
+    busiest = sorted(totals, key=lambda s: (-totals[s].traces, s))
+    by_grouping: dict[str, list[str]] = {}
+    for sid in busiest:
+        by_grouping.setdefault(grouping_name(parse_slice_id(sid)), []).append(sid)
+    full_row = series_per_slice + series_per_window * len(windows)
+    room = max_series
+    target: dict[str, str] = {}   # row -> the row it is served as (itself when kept)
+    base = by_grouping.pop("", [])
+    if sum(cost(sid) for sid in base) <= room:
+        target.update((sid, sid) for sid in base)
+        room -= sum(cost(sid) for sid in base)
+    else:
+        room -= full_row
+        for sid in base:
+            if sid != FLEET_OTHER and cost(sid) <= room:
+                target[sid] = sid
+                room -= cost(sid)
+            else:
+                target[sid] = FLEET_OTHER
+        room = 0  # the fleet's rows did not all fit: no other grouping is served
+    dropped: list[str] = []
+    competing: list[str] = []
+    for name in sorted(by_grouping, key=lambda n: (n.count(","), n)):
+        rows = by_grouping[name]
+        whole = sum(cost(sid) for sid in rows)
+        others = {other_id(sid) for sid in rows}
+        if whole <= room:
+            target.update((sid, sid) for sid in rows)
+            room -= whole
+        elif len(others) * full_row <= room:
+            room -= len(others) * full_row
+            target.update((sid, other_id(sid)) for sid in rows)
+            competing.extend(sid for sid in rows if sid not in others)
+        else:
+            dropped.append(name)
+    for sid in sorted(competing, key=lambda s: (-totals[s].traces, s)):
+        if cost(sid) <= room:
+            target[sid] = sid
+            room -= cost(sid)
+    members: dict[str, list[str]] = {}
+    for sid in totals:
+        if sid in target:
+            members.setdefault(target[sid], []).append(sid)
+    out_totals = {row: _merged(totals, sids) for row, sids in members.items()}
+    out_windows = []
+    for w in windows:
+        out: dict[str, Aggregate] = {}
+        for row, sids in members.items():
+            present = [sid for sid in sids if sid in w]
+            if present:
+                out[row] = _merged(w, present)
+        out_windows.append(out)
+    folded = sum(1 for sid in totals if target.get(sid) != sid)
+    return Folded(out_totals, out_windows, folded, tuple(dropped))
+
+
+def _merged(aggregates: Mapping[str, Aggregate], sids: Sequence[str]) -> Aggregate:
+    """One row's aggregate: the reader's own object when the row is one stored row (never mutated)."""
+    if len(sids) == 1:
+        return aggregates[sids[0]]
+    out = Aggregate()
+    for sid in sids:
+        out.merge(aggregates[sid])
+    return out

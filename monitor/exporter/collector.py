@@ -25,7 +25,7 @@ from prometheus_client.utils import floatToGoString
 
 from monitor.aggregate import Aggregate
 from monitor.exporter import families as table
-from monitor.exporter.budget import apply_budget
+from monitor.exporter.budget import Folded, apply_budget
 from monitor.exporter.exposition import (
     Block,
     SliceFamily,
@@ -37,13 +37,13 @@ from monitor.exporter.exposition import (
     start_server,
 )
 from monitor.exporter.figures import histogram_counts, window_figures
-from monitor.exporter.labels import SliceLabeller
+from monitor.exporter.labels import SliceLabeller, grouping_folded
 from monitor.exporter.lag import KafkaLag
 from monitor.identity import summarize
 from monitor.pricing import PriceMap
 from monitor.schema import OUTCOMES
 from monitor.store.base import Store
-from monitor.store.redis.reads import SpanReader
+from monitor.store.redis.cluster_reads import span_reader
 from monitor.windows import MINUTE, parse_duration
 
 log = logging.getLogger("fleetmon.exporter")
@@ -120,12 +120,13 @@ class FleetCollector:
         self.max_series = int(max_series)
         self.folded_slices = 0
         self._bucket_names = [floatToGoString(b) for b in self.latency_buckets] + ["+Inf"]
-        self._reader = SpanReader(store, MINUTE)
+        self._reader = span_reader(store, MINUTE)  # one SpanReader per partition view on a Redis Cluster
         # Rendered samples reused while the reader returns the very same aggregate
         # object (it does for every slice that did not change).
         self._labeller = SliceLabeller()
         self._total_blocks: dict[str, TotalsEntry] = {}
         self._window_blocks: dict[tuple[str, str], WindowEntry] = {}
+        self._budget_memo: tuple[dict[str, Aggregate], list[dict[str, Aggregate]], Folded] | None = None
         self._lock = threading.Lock()  # concurrent scrapes share the caches
         self._overflow_logged: set[str] = set()  # releases past monitor.identity's cap, logged once each
 
@@ -168,11 +169,11 @@ class FleetCollector:
         active = [sid for sid in ids if all_slices[sid] >= now - self.active_window_seconds]
         spans = [(now - seconds, now + WINDOW_LOOKAHEAD_SECONDS) for _name, seconds in self.windows]
         totals, sums = self._reader.read(spans, active, ids)
-        folded = apply_budget(totals, sums, self.max_series, self._series_per_slice(),
-                              2 + len(table.HEALTH_GAUGES))
+        folded = self._budget(totals, sums)
         if folded.folded_slices and not self.folded_slices:
-            log.warning("%d of %d slices folded into __other__ rows to stay within exporter.max_series = %d "
-                        "(fleetmon_exporter_folded_slices)", folded.folded_slices, len(totals), self.max_series)
+            log.warning("%d of %d slices folded into __other__ rows or left out to stay within exporter.max_series "
+                        "= %d (fleetmon_exporter_folded_slices); groupings left out whole: %s", folded.folded_slices,
+                        len(totals), self.max_series, ", ".join(folded.dropped_groupings) or "none")
         self.folded_slices = folded.folded_slices
         totals, sums = folded.totals, folded.windows
         windowed = []
@@ -185,6 +186,22 @@ class FleetCollector:
         out.extend(self._pipeline(len(active), dims))
         out.extend(self._releases())
         return out
+
+    def _budget(self, totals: dict[str, Aggregate], sums: list[dict[str, Aggregate]]) -> Folded:
+        """:func:`apply_budget`, reused while the reader hands out the very same aggregates.
+
+        Folding merges every folded slice's aggregates again; a scrape in which no
+        slice changed (the reader returns the same objects) gets the previous
+        result, whose ``__other__`` rows are then the same objects too (their
+        rendered samples reused).
+        """
+        memo = self._budget_memo
+        if (memo is not None and _same(memo[0], totals) and len(memo[1]) == len(sums)
+                and all(_same(before, now) for before, now in zip(memo[1], sums))):
+            return memo[2]
+        folded = apply_budget(totals, sums, self.max_series, self._series_per_slice(), 2 + len(table.HEALTH_GAUGES))
+        self._budget_memo = (totals, sums, folded)
+        return folded
 
     def _series_per_slice(self) -> int:
         """Series of one slice's totals: outcomes, simple counters, cost, token types, the latency histogram."""
@@ -299,6 +316,7 @@ class FleetCollector:
         for dim, value in sorted(folded_counts.items()):
             folded.add_metric([dim], value)
         out.append(folded)
+        out.append(grouping_folded(counters, self._labeller.grouping_names))
         applied = self.store.applied_offsets()
         offsets = metric_family(table.APPLIED_OFFSET)
         for source, offset in sorted(applied.items()):
@@ -319,6 +337,11 @@ class FleetCollector:
         out.append(metric_family(table.MAX_SERIES, value=self.max_series))
         out.append(metric_family(table.FOLDED_SLICES, value=self.folded_slices))
         return out
+
+
+def _same(before: Mapping[str, Aggregate], now: Mapping[str, Aggregate]) -> bool:
+    """The same slices with the very same aggregate objects."""
+    return before.keys() == now.keys() and all(agg is before[sid] for sid, agg in now.items())
 
 
 def build_registry(store: Store, prices: PriceMap, **options: Any) -> tuple[CollectorRegistry, FleetCollector]:

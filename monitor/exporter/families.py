@@ -130,6 +130,8 @@ LATE_EVENTS = _counter("fleetmon_late_events", "Traces too late for at least one
                        "(still in the totals)")
 FOLDED_LABEL_VALUES = _counter("fleetmon_folded_label_values", "Traces whose value of a slice dimension was "
                                "folded into __other__ by the cardinality guard", "dimension")
+GROUPING_FOLDED = _counter("fleetmon_grouping_folded", "Traces whose combination of a slice grouping's dimensions "
+                           "was past the grouping's budget, counted in its __other__ row", "grouping")
 APPLIED_OFFSET = _gauge("fleetmon_applied_offset", "Last Kafka offset applied to the store, per "
                         "<topic>:<partition>", "source")
 CONSUMER_LAG = _gauge("fleetmon_consumer_lag", "Records in Kafka not yet applied to the store, per "
@@ -154,9 +156,10 @@ STATE_GENERATION = _gauge("fleetmon_state_generation", "The store's state genera
 MAX_SERIES = _gauge("fleetmon_exporter_max_series", "The exporter's series budget (exporter.max_series)")
 FOLDED_SLICES = _gauge("fleetmon_exporter_folded_slices", "Slices this scrape folded into their release and "
                        "arm's __other__ row to stay within the series budget (0: every slice exported)")
-PIPELINE_FAMILIES = (DLQ_RECORDS, LATE_EVENTS, FOLDED_LABEL_VALUES, APPLIED_OFFSET, CONSUMER_LAG, ACTIVE_SLICES,
-                     SCRAPE_DURATION, STORE_UP, EXPORTER_UP, *(spec for spec, _counter_name in PAIRING_COUNTERS),
-                     STATE_RESTORES, STATE_GENERATION, MAX_SERIES, FOLDED_SLICES)
+PIPELINE_FAMILIES = (DLQ_RECORDS, LATE_EVENTS, FOLDED_LABEL_VALUES, GROUPING_FOLDED, APPLIED_OFFSET, CONSUMER_LAG,
+                     ACTIVE_SLICES, SCRAPE_DURATION, STORE_UP, EXPORTER_UP,
+                     *(spec for spec, _counter_name in PAIRING_COUNTERS), STATE_RESTORES, STATE_GENERATION,
+                     MAX_SERIES, FOLDED_SLICES)
 
 # -- release identities (monitor.identity; one series per release label the guard admitted) -------------------
 RELEASE_INFO = _gauge("fleetmon_release_info", "Always 1: the release label's current version tuple (the one "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 from monitor.aggregate import Aggregate, cost_per_solved
@@ -36,11 +37,46 @@ def window_figures(agg: Aggregate, prices: PriceMap, at: float | None) -> list[f
     side_effect = estimate_rate(int(agg.get("side_effect_traces")), n)
     injection = estimate_rate(int(agg.get("prompt_injection")), n)
     return [success.rate, success.low, success.high, per_solved if math.isfinite(per_solved) else None,
-            *(q if math.isfinite(q) else None for q in agg.latency.quantiles([q for _key, q in QUANTILES])),
+            *(q if math.isfinite(q) else None for q in sketch_quantiles(agg.latency, _QUANTILE_LEVELS)),
             int(agg.get("harmful_action")) / n, int(agg.get("refused_benign")) / benign if benign else None,
             side_effect.rate, side_effect.low, side_effect.high, agg.get("side_effects") / n,
             injection.rate, injection.low, injection.high,
             agg.get("steps") / n, agg.get("steps_solved") / successes if successes else None]
+
+
+_QUANTILE_LEVELS = tuple(q for _key, q in QUANTILES)
+
+
+def _cumulative(sketch: Any) -> tuple[list[int], list[int]]:
+    """The sketch's bucket indices in order, and the running count of its buckets up to each."""
+    buckets = sketch.buckets
+    keys = sorted(buckets)  # nearly sorted already (decoded in order, merges append): cheap
+    return keys, list(accumulate(map(buckets.__getitem__, keys)))
+
+
+def sketch_quantiles(sketch: Any, qs: Sequence[float]) -> list[float]:
+    """``sketch.quantiles(qs)`` (:meth:`~monitor.sketch.LogSketch.quantiles`), by bisection of the running counts.
+
+    The same lower quantiles, bucket for bucket (a test compares them): rank
+    ``floor(q (n - 1))``, 0.0 below the zero count, else the representative of the
+    first bucket whose running count passes the rank.
+    """
+    count, zero = sketch.count, sketch.zero_count
+    if count == 0:
+        return [math.nan] * len(qs)
+    keys, running = _cumulative(sketch)
+    out = []
+    for q in qs:
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"q must be in [0, 1], got {q!r}")
+        rank = math.floor(q * (count - 1))
+        if rank < zero:
+            out.append(0.0)
+        elif not keys:
+            out.append(math.nan)  # counts that do not add up; the sketch's own loop would fail here
+        else:
+            out.append(sketch.value_of(keys[min(bisect.bisect_right(running, rank - zero), len(keys) - 1)]))
+    return out
 
 
 def histogram_counts(sketch: Any, bounds: Sequence[float]) -> list[int]:
@@ -48,21 +84,18 @@ def histogram_counts(sketch: Any, bounds: Sequence[float]) -> list[int]:
 
     Same definition as :meth:`~monitor.sketch.LogSketch.count_below` (a value
     counts below ``b`` when its bucket's representative is ``<= b``, so a
-    count is exact up to the sketch's relative accuracy around ``b``), in one
-    pass over the buckets: representatives grow with the bucket index, so
-    each bound is a largest index (found once per sketch layout and bounds)
-    and each bucket is placed with one bisection.
+    count is exact up to the sketch's relative accuracy around ``b``), by
+    bisection: representatives grow with the bucket index, so each bound is a
+    largest index (found once per sketch layout and bounds) and its count is the
+    running count of the buckets up to that index.
     """
-    order = sorted(range(len(bounds)), key=lambda i: bounds[i])
-    limits = _index_limits(sketch.relative_accuracy, sketch.min_value, tuple(bounds[i] for i in order))
-    added = [0] * (len(order) + 1)
-    for index, n in sketch.buckets.items():
-        added[bisect.bisect_left(limits, index)] += n
-    result = [0] * len(bounds)
-    seen = sketch.zero_count
-    for rank, i in enumerate(order):
-        seen += added[rank]
-        result[i] = seen if bounds[i] >= 0.0 else 0
+    limits = _index_limits(sketch.relative_accuracy, sketch.min_value, tuple(bounds))
+    keys, running = _cumulative(sketch)
+    zero = sketch.zero_count
+    result = []
+    for bound, limit in zip(bounds, limits):
+        below = bisect.bisect_right(keys, limit)
+        result.append(zero + (running[below - 1] if below else 0) if bound >= 0.0 else 0)
     return result
 
 
@@ -70,7 +103,7 @@ _INDEX_LIMITS: dict[tuple[float, float, tuple[float, ...]], list[float]] = {}
 
 
 def _index_limits(relative_accuracy: float, min_value: float, bounds: tuple[float, ...]) -> list[float]:
-    """Per sorted bound, the largest bucket index whose representative is ``<= bound``."""
+    """Per bound, the largest bucket index whose representative is ``<= bound``."""
     key = (relative_accuracy, min_value, bounds)
     limits = _INDEX_LIMITS.get(key)
     if limits is None:

@@ -26,6 +26,7 @@ from alerts.wiring import engine_config
 from monitor.aggregate import Aggregate, health
 from monitor.config import Config
 from monitor.fold import fold
+from monitor.groupings import of_slicer, rows_of
 from monitor.pairing import Pairer
 from monitor.pricing import PriceMap
 from monitor.schema import Trace, TraceError, validate
@@ -59,7 +60,8 @@ class Pipeline:
         self.config = config
         self.store = store
         self.prices = PriceMap.load(config.pricing.price_map or None)
-        self.slicer = Slicer(config.slices.dimensions, guard or CardinalityGuard(config.slices.max_values))
+        self.slicer = Slicer(config.slices.dimensions, guard or CardinalityGuard(config.slices.max_values),
+                             config.slices.grouping_set())
         self.resolutions = resolutions_for(config.seconds("windows", "minute_retention"),
                                            config.seconds("windows", "hour_retention"))
         self.pairer = Pairer(self.prices, config.seconds("alerts", "pair_ttl"), pair_caps(config))
@@ -143,8 +145,13 @@ class Pipeline:
     # -- views ---------------------------------------------------------------------
     def release_health(self, now: float, span_seconds: float = 300.0,
                        group_by: Sequence[str] = ("release", "arm")) -> list[tuple[dict[str, str], dict[str, Any]]]:
-        """Health vectors of the last ``span_seconds`` grouped by ``group_by`` (merged micro)."""
-        ids = list(self.store.active_slices(since=now - span_seconds))
+        """Health vectors of the last ``span_seconds`` grouped by ``group_by`` (merged micro).
+
+        Read from the one slice grouping with the fewest dimensions that holds every
+        dimension of ``group_by`` (each trace counts once in it); ValueError when none does.
+        """
+        grouping = self._grouping_for(group_by)
+        ids = list(rows_of(self.store.active_slices(since=now - span_seconds), grouping, parse_slice_id))
         if not ids:
             return []
         aggregates = self.store.window_aggregates("1m", now - span_seconds, now + 60, ids)
@@ -156,3 +163,10 @@ class Pipeline:
         start = now - span_seconds
         return [(dict(zip(group_by, key)), health(agg, self.prices, start))
                 for key, agg in sorted(groups.items()) if agg.traces]
+
+    def _grouping_for(self, group_by: Sequence[str]) -> str:
+        candidates = [g for g in of_slicer(self.slicer).groupings if set(group_by) <= set(g.dimensions)]
+        if not candidates:
+            raise ValueError(f"group_by {list(group_by)} is not within any slice grouping; groupings: "
+                             f"{[list(g.dimensions) for g in of_slicer(self.slicer).groupings]}")
+        return min(candidates, key=lambda g: len(g.dimensions)).name

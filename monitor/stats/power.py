@@ -157,7 +157,14 @@ def mcnemar_power(n_tasks: int, p10: float, p01: float, alpha: float = 0.05) -> 
     return float(_power_many(np.array([n], dtype=np.int64), p10, p01, alpha)[0])
 
 
+#: Float slack when comparing a power with its target: an exact tie (e.g. P(Bin(9, 1/2) >= 5) = 1/2)
+#: counts as reaching it, as it does in exact arithmetic.
+_TIE = 1e-12
+
+
 def _first_reaching(p10: float, p01: float, alpha: float, power: float, n_max: int) -> int | None:
+    power -= _TIE
+
     def power_at(n: int) -> float:
         return float(_power_many(np.array([n], dtype=np.int64), p10, p01, alpha)[0])
 

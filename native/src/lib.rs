@@ -5,9 +5,13 @@
 //! fold itself, plus the positions of the records it leaves to Python (see
 //! `record.rs` for which). Python owns every decision that is not plain
 //! arithmetic: the cardinality guard, windows' retention, pairing, the DLQ and
-//! the store. The GIL is released while the batch is parsed and folded.
+//! the store; for pairing it hands back the fields of each shadow half it read
+//! (`halves.rs`), and `PairEvidence` sums the evidence of the pairs it joins
+//! (`evidence.rs`). The GIL is released while the batch is parsed and folded.
 
+mod evidence;
 mod group;
+mod halves;
 mod record;
 
 use group::{Bucketing, Grouper};
@@ -69,7 +73,9 @@ impl Folder {
     /// positions left to Python; ``parts`` per part ``(traces folded, their
     /// latest event time or None)``; ``identities`` the version tuples seen,
     /// ``((release, model_id, scaffold_hash, prompt_hash, tool_schema_hash,
-    /// config_hash), latest_ts, first_position)`` in order of first position.
+    /// config_hash), latest_ts, first_position)`` in order of first position;
+    /// ``halves`` the folded traces that carry a ``pair_id``, in position
+    /// order (the row is described in `halves::to_python`).
     #[pyo3(signature = (values, now, part_lengths=None))]
     fn fold<'py>(&self, py: Python<'py>, values: &Bound<'py, PyList>, now: f64,
                  part_lengths: Option<Vec<usize>>) -> PyResult<Bound<'py, PyTuple>> {
@@ -110,20 +116,26 @@ impl Folder {
         let slices_ref = &slices;
         let spec_ref = &spec;
         let lengths_ref = &part_lengths;
-        let (grouper, slow) = py.detach(move || {
+        let (grouper, slow, halves) = py.detach(move || {
             let mut grouper = Grouper::new(ndims, sizes, n_outcomes, bucketing, lengths_ref.len());
             let mut slow: Vec<usize> = Vec::new();
+            let mut halves: Vec<halves::Half> = Vec::new();
             let mut position = 0;
             for (part, &length) in lengths_ref.iter().enumerate() {
                 for value in &slices_ref[position..position + length] {
                     match value.and_then(|bytes| record::read(bytes, spec_ref)) {
-                        Some(fast) => grouper.add(part, position, fast),
+                        Some(fast) => {
+                            if let Some(half) = halves::Half::of(position, &fast) {
+                                halves.push(half);
+                            }
+                            grouper.add(part, position, fast)
+                        }
                         None => slow.push(position),
                     }
                     position += 1;
                 }
             }
-            (grouper, slow)
+            (grouper, slow, halves)
         });
         let groups = PyList::empty(py);
         for g in &grouper.groups {
@@ -175,7 +187,8 @@ impl Folder {
             let parts: Vec<&str> = identity.iter().map(|c| c.as_ref()).collect();
             identities.append((PyTuple::new(py, parts)?, *latest, *first))?;
         }
-        (groups, PyList::new(py, slow)?, PyList::new(py, &grouper.parts)?, identities).into_pyobject(py)
+        let halves = halves::to_python(py, &halves, &self.arms, &self.unknown)?;
+        (groups, PyList::new(py, slow)?, PyList::new(py, &grouper.parts)?, identities, halves).into_pyobject(py)
     }
 }
 
@@ -192,6 +205,7 @@ fn known_fields() -> Vec<&'static str> {
 #[pymodule]
 fn fleetmon_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Folder>()?;
+    m.add_class::<evidence::PairEvidence>()?;
     m.add_function(wrap_pyfunction!(known_fields, m)?)?;
     Ok(())
 }

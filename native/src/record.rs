@@ -121,7 +121,7 @@ pub struct Spec {
     pub dims: Vec<Dim>,
     pub now: f64,
     pub max_future_seconds: f64,
-    /// Records with a `pair_id` go to Python (the pairer needs the whole trace).
+    /// Records with a `pair_id` go to Python (the old way; the worker now takes their halves, `halves.rs`).
     pub pair_id_slow: bool,
     pub max_record_bytes: usize,
     /// The bounds of `monitor.limits`: larger values are Python's to reject.
@@ -417,6 +417,10 @@ pub struct Fast<'a> {
     /// model_id like the dimension), then scaffold_hash, prompt_hash, tool_schema_hash, config_hash.
     pub release: Cow<'a, str>,
     pub hashes: [Cow<'a, str>; 4],
+    /// Index into `Spec::arms` (absent: 0, the default arm).
+    pub arm: usize,
+    /// The shadow pair's id, when the trace is one half of a pair.
+    pub pair_id: Option<Cow<'a, str>>,
 }
 
 pub const C_STEPS: usize = 0;
@@ -621,10 +625,13 @@ fn check<'a>(raw: Raw<'a>, spec: &'a Spec) -> Result<Fast<'a>, ()> {
     };
     let hashes = [text_of(&strings[F_SCAFFOLD_HASH - F_STRINGS.start]), text_of(&strings[F_PROMPT_HASH - F_STRINGS.start]),
                   text_of(&extra[0]), text_of(&extra[1])];
+    let pair_id = strings[F_PAIR_ID - F_STRINGS.start].clone();
     Ok(Fast {
         ts,
         release,
         hashes,
+        arm,
+        pair_id,
         model_id,
         outcome,
         success,

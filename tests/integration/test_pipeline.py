@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass as dataclass_record
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,7 +28,9 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from monitor.aggregate import Aggregate
+from monitor.groupings import grouping_name, grouping_set
 from monitor.schema import validate
+from monitor.slices import DEFAULT_DIMENSIONS, parse_slice_id
 from monitor.store.redis.store import RedisStore
 from streams.dlq import original_payload, parse_dlq_record
 from tests.support.pipeline import (
@@ -58,12 +61,15 @@ def assert_exact(store: RedisStore, records: list[dict], dlq: int = 0) -> None:
     counters = store.counters()
     assert counters.get("traces", 0) == len(records)
     assert counters.get("dlq", 0) == dlq
-    # every trace is in exactly one window of each resolution
+    # every trace is in exactly one window of each resolution, in each slice grouping
     ids = list(store.active_slices())
     now = time.time()
     for res in ("1m", "1h"):
         windows = store.window_aggregates(res, now - 2 * 3600, now + 600, ids)
-        assert sum(a.traces for a in windows.values()) == len(records), res
+        per_grouping: Counter[str] = Counter()
+        for sid, agg in windows.items():
+            per_grouping[grouping_name(parse_slice_id(sid))] += agg.traces
+        assert per_grouping == dict.fromkeys(grouping_set(DEFAULT_DIMENSIONS).names(), len(records)), res
 
 
 # -- Kafka helpers --------------------------------------------------------------------------

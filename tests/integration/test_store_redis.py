@@ -50,7 +50,9 @@ def test_redis_store_matches_memory_store_and_skips_redelivery(redis_client):
         got = store.window_aggregates(res, NOW - 4 * 3600, NOW + 60, ids)
         want = memory.window_aggregates(res, NOW - 4 * 3600, NOW + 60, ids)
         assert got == want
-    assert sum(a.traces for a in store.totals(ids).values()) == 4000
+    # every trace once in each of the six default slice groupings
+    assert sum(a.traces for a in store.totals(ids).values()) == 6 * 4000
+    assert sum(a.traces for sid, a in store.totals(ids).items() if sid.count("|") == 1) == 4000  # release × arm
     assert store.counters()["traces"] == 4000
     got, want = store.paired_evidence(), memory.paired_evidence()
     assert got.keys() == want.keys() and len(got) == 6  # all + 5 tenants
@@ -65,7 +67,8 @@ def test_windows_expire_at_their_retention(redis_client):
     now = time.time()
     trace = validate({"trace_id": "x", "ts": now - 30, "model_id": "m", "ok": True})
     store.apply(fold([trace], Slicer(), now))
-    (sid,) = store.active_slices()
+    sid = "release=m|arm=baseline"  # the release × arm row (release defaults to the model), one of six
+    assert sid in store.active_slices()
     key = store.window_key("1m", int((now - 30) // 60 * 60), sid)
     ttl = redis_client.ttl(key)
     assert 47 * 3600 < ttl <= 48 * 3600 + 60
@@ -90,7 +93,8 @@ def test_an_apply_merges_into_existing_hashes_exactly_even_very_wide_ones(redis_
     slicer = Slicer(dimensions=("tenant",))
     for _ in range(2):
         assert store.apply(fold(batch, slicer, NOW))
-    (key,) = [k for k in redis_client.scan_iter(match=f"{store.prefix}:w:1m:*")]
+    # the tenant grouping's row (the other is the whole fleet's, id "")
+    (key,) = [k for k in redis_client.scan_iter(match=f"{store.prefix}:w:1m:*") if k.endswith(b"tenant=unknown")]
     stored = {k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()}
     assert len(stored) > 9000
     assert stored["traces"] == "6000"

@@ -6,8 +6,9 @@ from hypothesis import strategies as st
 from monitor.aggregate import Aggregate
 from monitor.delta import BatchDelta
 from monitor.fold import fold
+from monitor.groupings import grouping_name, grouping_set
 from monitor.schema import validate
-from monitor.slices import CardinalityGuard, Slicer
+from monitor.slices import CardinalityGuard, Slicer, parse_slice_id
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
 
 NOW = 1_800_000_000.0
@@ -75,12 +76,16 @@ def test_fold_of_union_equals_merge_of_folds(a, b, cap):
 @given(trace_lists)
 def test_every_counted_trace_is_in_one_window_per_retained_resolution(traces):
     delta = fold(traces, Slicer(), NOW)
-    total = sum(agg.traces for agg in delta.totals.values())
-    assert total == len(traces) == delta.counters.get("traces", 0)
-    for res in DEFAULT_RESOLUTIONS:
-        kept = [t for t in traces if not res.expired(res.start(t.ts), NOW)]
-        in_windows = sum(agg.traces for (name, _, _), agg in delta.windows.items() if name == res.name)
-        assert in_windows == len(kept)
+    names = grouping_set(Slicer().dimensions).names()
+    assert sum(agg.traces for agg in delta.totals.values()) == len(names) * len(traces)  # once per grouping
+    for name in names:
+        total = sum(agg.traces for sid, agg in delta.totals.items() if grouping_name(parse_slice_id(sid)) == name)
+        assert total == len(traces) == delta.counters.get("traces", 0)
+        for res in DEFAULT_RESOLUTIONS:
+            kept = [t for t in traces if not res.expired(res.start(t.ts), NOW)]
+            in_windows = sum(agg.traces for (res_name, _, sid), agg in delta.windows.items()
+                             if res_name == res.name and grouping_name(parse_slice_id(sid)) == name)
+            assert in_windows == len(kept)
     late = sum(any(res.expired(res.start(t.ts), NOW) for res in DEFAULT_RESOLUTIONS) for t in traces)
     assert delta.counters.get("late", 0) == late
 

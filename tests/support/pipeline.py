@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from monitor.groupings import grouping_set
 from monitor.schema import validate
 from monitor.slices import Slicer, slice_id
 from monitor.store.redis.store import RedisStore
@@ -60,16 +61,19 @@ def make_records(n: int, seed: int, now: float, pair_share: float = 0.0) -> list
 
 
 def expected_by_slice(records: list[dict]) -> dict[str, Counter]:
+    """Per stored row (one per trace in every default slice grouping; no grouping past its budget here)."""
     slicer = Slicer()
+    groupings = grouping_set(slicer.dimensions)
     out: dict[str, Counter] = defaultdict(Counter)
     for record in records:
         trace = validate(record)
-        c = out[slice_id(slicer.key(trace))]
-        c["traces"] += 1
-        c["successes"] += trace.success
-        c["tokens_in"] += trace.tokens_in
-        c["tokens_out"] += trace.tokens_out
-        c["tokens_cached_in"] += trace.tokens_cached_in
+        for _grouping, row, _folded in groupings.rows(slicer.key(trace), lambda _g, _combination: True):
+            c = out[slice_id(row)]
+            c["traces"] += 1
+            c["successes"] += trace.success
+            c["tokens_in"] += trace.tokens_in
+            c["tokens_out"] += trace.tokens_out
+            c["tokens_cached_in"] += trace.tokens_cached_in
     return out
 
 

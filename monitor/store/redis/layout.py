@@ -25,6 +25,13 @@ their ``traces`` field (:data:`VERSION_FIELD`) grows with every write, so reader
 as the slice's version. ``<bucket>`` is the window start aligned down to :data:`COUNT_BUCKET_WINDOWS`
 windows; a count field equals the ``traces`` of its window hash (both written by one atomic apply).
 
+On a Redis Cluster (:mod:`monitor.store.redis.cluster`) the same layout is used once per Kafka
+partition under ``P:{t:<topic>:<partition>}`` (every key of one apply in that hash tag's slot) and
+once under ``P:{g}`` for what all share: ``dims:``, ``state:``, ``generation`` and ``views`` (the set
+of partitions with a view). Readers read every view and merge (sums; max for latest times), one
+round trip per view (names and merges: :mod:`monitor.store.redis.merge`). With ``redis.cluster``
+off, ``P`` is the plain prefix and nothing here changes.
+
 The generation hash names the state's lineage: the first apply into a Redis without it writes
 ``id`` (:data:`GENERATION_ID_FIELD`), so a Redis that restarted empty or was flushed gets a new
 one; ``restores`` counts the workers' restores from Kafka (:mod:`streams.restore`).

@@ -5,11 +5,14 @@ span of minute windows (5 minutes, 1 hour, all ending together). Over the Redis
 store it keeps a cache (:mod:`monitor.store.redis.spans`) and per group of active
 slices runs two scripts: ``counts`` reads each slice's version and, when it moved
 or the spans slid, the trace count of every window in the span; ``fetch`` reads the
-windows whose count changed. The groups' scripts are pipelined
-(:mod:`monitor.store.redis.wire`).
+windows whose count changed and those that slid out of a span (the cache keeps no
+window content but the newest minutes'). The groups' scripts are pipelined
+(:mod:`monitor.store.redis.wire`). A slice whose cache does not add up (a window
+that slid out changed since it was added) is read again and summed afresh.
 
 Guarantees: sums and totals equal a fresh read of the store field for field; a
-write landing between a group's two scripts is caught up on the next scrape.
+write landing between a group's two scripts is caught up on the next scrape. The
+cache holds the active slices only (a slice that stops being active is dropped).
 Unchanged sums and totals are the *same objects* as on the previous scrape (the
 exporter's caches hit by identity). Spans as long as the resolution's retention,
 and stores without scripts (the in-memory store), are read through the plain
@@ -21,22 +24,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from operator import itemgetter
 from typing import Any
 
 from monitor.aggregate import Aggregate
-from monitor.store.base import ScriptableStore, Store
+from monitor.store.base import ScriptableStore, Store, StoreError
 from monitor.store.redis.layout import KeyLayout, count_bucket
 from monitor.store.redis.scripts import TOTALS_FLOATS, WHOLE_TOTALS
-from monitor.store.redis.spans import (
-    CachedTotals,
-    Change,
-    SliceSpans,
-    followed_totals,
-    make_entry,
-    plan,
-    updated,
-)
+from monitor.store.redis.spans import CachedTotals, Change, SliceSpans, followed_totals, interned, plan, updated
 from monitor.store.redis.wire import Scripts, Wire, chunks, decode_hash, text
 from monitor.windows import MINUTE, Resolution
 
@@ -98,50 +92,59 @@ class SpanReader:
         ids = list(dict.fromkeys(active))
         self._spans = {sid: self._spans[sid] for sid in ids if sid in self._spans}
         totals: dict[str, Aggregate] = {}
-        self._read_and_update(scripts, ids, range_, suffixes, totals)
+        repair = self._read_and_update(scripts, ids, range_, suffixes, totals)
+        if repair:  # the cache did not add up for these: sum them afresh
+            for sid in repair:
+                self._spans.pop(sid, None)
+            log.info("%d slices' cached windows did not add up (a late write or a rebuild raced the read); "
+                     "summed afresh", len(repair))
+            self._read_and_update(scripts, repair, range_, suffixes, totals)  # a fresh sum always adds up
         wanted = [sid for sid in slice_ids if sid not in totals]
         totals = self._read_totals(scripts, wanted, totals)
         return ({sid: totals[sid] for sid in slice_ids},
                 [{sid: self._spans[sid].sums[k] for sid in active} for k in range(len(spans))])
 
     def _read_and_update(self, scripts: Scripts, ids: list[str], range_: tuple[int, ...],
-                         suffixes: tuple[int, ...], totals: dict[str, Aggregate]) -> None:
-        """Both round trips per group of slices, then the cache updates.
+                         suffixes: tuple[int, ...], totals: dict[str, Aggregate]) -> list[str]:
+        """Both round trips per group of slices, then the cache updates; returns the slices to sum afresh.
 
         Pipelined on a :class:`~monitor.store.redis.wire.Wire` when the client
         allows it (Redis runs a group's scripts while the previous group is
         applied); on any error there, or without one, one call at a time.
         """
         groups = [ids[i:i + GROUP_SLICES] for i in range(0, len(ids), GROUP_SLICES)]
+        repair: list[str] = []
         if not groups:
-            return
+            return repair
         counts_head = self._counts_head(range_)
         wire = scripts.wire()
         if wire is not None:
             try:
-                self._pipelined(wire, groups, counts_head, range_, suffixes, totals)
+                self._pipelined(wire, groups, counts_head, range_, suffixes, totals, repair)
                 wire.close(ok=True)
-                return
+                return repair
             except Exception as exc:  # noqa: BLE001 - e.g. NOSCRIPT after a Redis restart: the plain path reloads
                 wire.close(ok=False)
                 log.warning("pipelined store read failed (%s: %s); reading again one call at a time",
                             type(exc).__name__, exc)
+            repair.clear()
         for group in groups:
             changes = self._counts_reply(group, scripts.call("counts", *self._counts_request(
-                group, counts_head, range_, suffixes)), range_, totals)
+                group, counts_head, range_, suffixes)), range_, suffixes, totals)
             replies = [reply for keys, args in self._fetch_requests(changes)
                        for reply in scripts.call("fetch", keys, args)]
-            self._update(changes, replies, range_, suffixes, totals)
+            self._update(changes, replies, range_, suffixes, totals, repair)
+        return repair
 
-    def _pipelined(self, wire: Wire, groups: list[list[str]], counts_head: CountsHead,
-                   range_: tuple[int, ...], suffixes: tuple[int, ...], totals: dict[str, Aggregate]) -> None:
+    def _pipelined(self, wire: Wire, groups: list[list[str]], counts_head: CountsHead, range_: tuple[int, ...],
+                   suffixes: tuple[int, ...], totals: dict[str, Aggregate], repair: list[str]) -> None:
         """Send each group's scripts ahead, so Redis runs them while the previous group is applied."""
         def counts(index: int) -> None:
             if index < len(groups):
                 wire.send("counts", *self._counts_request(groups[index], counts_head, range_, suffixes))
 
         def plan_group(index: int) -> tuple[list[Change], int]:
-            changes = self._counts_reply(groups[index], wire.take(), range_, totals)
+            changes = self._counts_reply(groups[index], wire.take(), range_, suffixes, totals)
             requests = self._fetch_requests(changes)
             for keys, args in requests:
                 wire.send("fetch", keys, args)
@@ -156,7 +159,7 @@ class SpanReader:
             if index + 1 < len(groups):
                 following = plan_group(index + 1)
                 counts(index + 2)
-            self._update(changes, replies, range_, suffixes, totals)
+            self._update(changes, replies, range_, suffixes, totals, repair)
             if following is not None:
                 changes, pending = following
 
@@ -182,7 +185,7 @@ class SpanReader:
         return keys, args
 
     def _counts_reply(self, ids: list[str], replies: list[Any], range_: tuple[int, ...],
-                      totals: dict[str, Aggregate]) -> list[Change]:
+                      suffixes: tuple[int, ...], totals: dict[str, Aggregate]) -> list[Change]:
         """The slices to update; fills ``totals`` for the unchanged ones (changes no cache)."""
         changes = []
         for sid, reply in zip(ids, replies):
@@ -191,8 +194,11 @@ class SpanReader:
                 if cached is not None and cached.version == self._spans[sid].version:
                     totals[sid] = cached.totals
                 continue
-            counts = dict(filter(itemgetter(1), zip(range_, map(int, text(reply[1]).split()))))
-            changes.append(self._plan(sid, text(reply[0]), counts, range_))
+            counts = list(map(int, text(reply[1]).split()))
+            if len(counts) != len(range_):
+                raise StoreError(f"the counts script sent {len(counts)} counts for slice {sid!r}, "
+                                 f"expected one per window start ({len(range_)})")
+            changes.append(self._plan(sid, text(reply[0]), counts, range_, suffixes))
         self.last_read["changed"] += len(changes)
         return changes
 
@@ -210,27 +216,36 @@ class SpanReader:
             requests.append((keys, args))
         return requests
 
-    def _plan(self, sid: str, version: str, counts: dict[int, int], range_: tuple[int, ...]) -> Change:
+    def _plan(self, sid: str, version: str, counts: list[int], range_: tuple[int, ...],
+              suffixes: tuple[int, ...]) -> Change:
         """Which windows of ``sid`` to fetch (between a group's two scripts); see :func:`plan`."""
         cached = self._totals.get(sid)
-        return plan(sid, version, counts, range_, self._spans.get(sid), None if cached is None else cached.version)
+        return plan(sid, version, counts, range_, suffixes, self._spans.get(sid),
+                    None if cached is None else cached.version)
 
     def _update(self, changes: list[Change], replies: list[Any], range_: tuple[int, ...],
-                suffixes: tuple[int, ...], totals: dict[str, Aggregate]) -> None:
-        """Apply one group's fetch replies to the caches; adds its totals to ``totals``."""
+                suffixes: tuple[int, ...], totals: dict[str, Aggregate], repair: list[str]) -> None:
+        """Apply one group's fetch replies to the caches; adds its totals to ``totals``.
+
+        A slice whose cache does not add up goes to ``repair`` (its entry dropped).
+        """
         for change, reply in zip(changes, replies):
             version = text(reply[0])
             same = version == change.version  # nothing landed between the two scripts
-            fetched = dict(zip(change.wanted, map(make_entry, reply[2:])))
+            fetched = dict(zip(change.wanted, reply[2:]))
             self.last_read["windows_fetched"] += len(fetched)
             old = self._spans.get(change.sid)
-            spans, parsed = updated(change, old, fetched, range_, suffixes, same)
-            self._spans[change.sid] = spans
+            update = updated(change, old, fetched, range_, suffixes, same)
+            if update is None:
+                self._spans.pop(change.sid, None)
+                repair.append(change.sid)
+                continue
+            self._spans[change.sid] = update.spans
             total = None
             if not change.shortcut:
-                total = decode_hash(reply[1])
+                total = interned(decode_hash(reply[1]))
             elif same and old is not None:
-                total = followed_totals(self._totals[change.sid].totals, change, old, parsed, fetched, reply[1])
+                total = followed_totals(self._totals[change.sid].totals, change, old, update.gained, reply[1])
             if total is not None:  # else a write raced the shortcut: read the totals whole below
                 totals[change.sid] = total
                 self._totals[change.sid] = CachedTotals(version, total)
@@ -245,7 +260,7 @@ class SpanReader:
             args = [cache[sid].version if sid in cache else "" for sid in chunk]
             for sid, reply in zip(chunk, scripts.call("totals", keys, args)):
                 if reply != 0:
-                    cache[sid] = CachedTotals(text(reply[0]), decode_hash(reply[1]))
+                    cache[sid] = CachedTotals(text(reply[0]), interned(decode_hash(reply[1])))
                     self.last_read["totals_read"] += 1
                 totals[sid] = cache[sid].totals
         for stale in [sid for sid in cache if sid not in totals]:

@@ -1,41 +1,46 @@
 """The exporter's per-slice read cache and its arithmetic (no I/O: :mod:`monitor.store.redis.reads` talks to Redis).
 
-Per active slice: its windows of the longest span as the bytes Redis sent, their
-trace counts, one running sum per span, and the version (the totals' ``traces``)
-they were read at. A span's new sum is the old one minus the cached version of
-every window that changed or slid out, plus the new version of every window that
-changed or slid in. Integer counts and sketch buckets are added and subtracted
-exactly; the float fields are re-summed over the cached windows in window order,
-so a sum equals a fresh merge field for field. Whenever the cache does not add
-up (a rebuild raced it) the sum is taken afresh.
+Per active slice it keeps no window content, only the edges: the trace count and
+the float fields of every window of the longest span (two flat arrays), one running
+sum per span, the parsed content of the newest minutes (:data:`RECENT_WINDOWS`)
+and of the windows that changed in the slice's last update (the ones the next
+writes change), and the version (the totals' ``traces``) they were read at. About
+2 kB a slice plus its sums and those few windows, whatever the span length.
+
+A span's new sum is the old one plus what each changed window gained (its new
+content minus the cached one), minus every window that slid out, plus every
+window that slid in. A window that slid out is fetched again for that (Redis
+keeps it for the retention; its count says it is the content that was added). A
+window whose old content is not cached, a count that went down (a rebuild), or a
+sum that does not add up turns the slice's update into a fresh sum of its
+windows (:mod:`monitor.store.redis.span_sums`). Integer counts and sketch buckets
+are added and subtracted exactly; the float fields are re-summed over the cached
+floats in window order, so a sum equals a fresh merge field for field.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import reduce
-from operator import add
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 from monitor.aggregate import Aggregate
 from monitor.sketch import LogSketch
+from monitor.store.redis.span_sums import (
+    N_FLOATS,
+    NAN,
+    fresh_sums,
+    interned,
+    positions,
+    resum_floats,
+    window_floats,
+)
 from monitor.store.redis.wire import FLOATS, decode_hash, text
 
-#: A cached window: ``(count, bytes Redis sent, float fields in FLOATS order)``, None for an
-#: absent float. A plain tuple of atoms on purpose: the garbage collector untracks exact tuples
-#: only (a NamedTuple stays tracked), and tens of thousands would slow every full collection.
-#: Read its parts with the ``ENTRY_*`` indices.
-Entry = tuple[int, bytes, tuple["float | None", ...]]
-ENTRY_COUNT: Final = 0
-ENTRY_BYTES: Final = 1
-ENTRY_FLOATS: Final = 2
-
-
-def make_entry(raw: bytes) -> tuple[Entry, Aggregate]:
-    """The cache entry of a window as the fetch script sent it, and its parsed form."""
-    agg = decode_hash(raw)
-    return (agg.traces, raw, tuple([agg.counts.get(key) for key in FLOATS])), agg
+#: The newest window starts of the range (the next minute, the current one and two late ones) whose
+#: parsed content is kept; any other window is kept parsed only while it changed in the last update.
+RECENT_WINDOWS = 4
 
 
 class CachedTotals(NamedTuple):
@@ -47,152 +52,311 @@ class CachedTotals(NamedTuple):
 
 @dataclass(slots=True)
 class SliceSpans:
-    """A slice's cached windows (count > 0 only), their counts, span sums, and their version.
+    """A slice's cached edges and span sums (see the module docstring).
 
-    ``parsed`` holds the parsed form of the windows that changed in the slice's last
-    update (likely to change again); the others are parsed again from their bytes when
-    needed. ``version`` is '' when the windows are not all from one snapshot (a write
-    landed between the scripts). ``suffixes``: per span, how many of ``starts`` (the
-    last ones) it covers.
+    ``counts[i]`` is the trace count of window ``starts[i]`` (0: absent) and
+    ``floats[i * len(FLOATS) + j]`` its float field ``FLOATS[j]`` (nan: absent).
+    ``recent``: parsed windows, each holding exactly ``counts`` of its start.
+    ``version`` is '' when the windows are not all from one snapshot (a write
+    landed between the scripts). ``suffixes``: per span, how many of ``starts``
+    (the last ones) it covers.
     """
 
     version: str
     starts: tuple[int, ...]
     suffixes: tuple[int, ...]
-    windows: dict[int, Entry]
-    counts: dict[int, int]
-    parsed: dict[int, Aggregate]
+    counts: array
+    floats: array
+    recent: dict[int, Aggregate]
     sums: list[Aggregate]
+
+    def count(self, start: int) -> int:
+        """The cached count of window ``start`` (0 when absent or outside :attr:`starts`)."""
+        i = positions(self.starts).get(start)
+        return 0 if i is None else self.counts[i]
+
+    def content(self, start: int) -> Aggregate | None:
+        """The parsed window ``start`` when it is cached as counted."""
+        agg = self.recent.get(start)
+        return agg if agg is not None and agg.traces == self.count(start) else None
 
 
 @dataclass(slots=True)
 class Change:
     """One active slice to update this scrape: what the counts script said, and the plan.
 
-    ``wanted``: the window starts to fetch; ``shortcut``: the totals can follow the
-    windows' increments (only their float fields are fetched).
+    ``counts``: per start of the range, its count. ``wanted``: the window starts to
+    fetch (``leaving``: those outside the range, with the count they were added at);
+    ``fresh``: sum the spans afresh from all their windows; ``shortcut``: the totals
+    can follow the windows' increments (only their float fields are fetched).
     """
 
     sid: str
     version: str
-    counts: dict[int, int]
+    counts: list[int]
     wanted: list[int] = field(default_factory=list)
+    leaving: dict[int, int] = field(default_factory=dict)
+    fresh: bool = False
     shortcut: bool = False
 
 
-def plan(sid: str, version: str, counts: dict[int, int], range_: tuple[int, ...], state: SliceSpans | None,
-         totals_version: str | None) -> Change:
+def _span(starts: tuple[int, ...], length: int) -> tuple[int, ...]:
+    return starts[len(starts) - length:]
+
+
+def plan(sid: str, version: str, counts: list[int], range_: tuple[int, ...], suffixes: tuple[int, ...],
+         state: SliceSpans | None, totals_version: str | None) -> Change:
     """Which windows to fetch, and whether the totals can follow the windows.
 
-    They can when every trace added since the cached version landed in a window the
-    cache knew: the version grew by exactly those windows' count increases (the fold
-    adds the same aggregate to a trace's window and to the totals, atomically). A
-    count that went down (a rebuild) turns the shortcut off.
+    Fetched: every window whose count changed or that came into a span (its new
+    content) and every window that left a span whose content is not cached (to
+    take it out). The totals can follow when every trace added since the cached
+    version landed in a window the cache knew: the version grew by exactly those
+    windows' count increases (the fold adds the same aggregate to a trace's window
+    and to the totals, atomically).
     """
     change = Change(sid, version, counts)
-    if state is None:
-        change.wanted = [start for start, count in counts.items() if count > 0]
-        return change
-    before = state.counts
-    change.wanted = [start for start, count in counts.items() - before.items() if count > 0]
-    if not (state.version and totals_version == state.version):
-        return change
-    first, last = range_[0], range_[-1]
-    if any(first <= start <= last for start in before.keys() - counts.keys()):
-        return change  # a count went down to 0: a rebuild
-    known_first, known_last = state.starts[0], state.starts[-1]
+    if state is None or len(state.suffixes) != len(suffixes):
+        return _fresh(change, range_)
+    if state.starts == range_ and state.suffixes == suffixes:  # nothing slid: only changed windows move
+        recent = state.recent
+        grown = 0
+        for start, count, before in zip(range_, counts, state.counts):
+            if count != before:
+                if count < before:
+                    return _fresh(change, range_)  # a rebuild
+                if before:
+                    agg = recent.get(start)
+                    if agg is None or agg.traces != before:
+                        return _fresh(change, range_)  # the old content to take out is not cached
+                change.wanted.append(start)
+                grown += count - before
+        return _shortcut(change, state, totals_version, grown)
+    new = dict(zip(range_, counts))
+    old = dict(zip(state.starts, state.counts))
+    wanted: set[int] = set()
     grown = 0
-    for start in change.wanted:
-        if known_first <= start <= known_last:
-            step = counts[start] - before.get(start, 0)
-            if step < 0:
-                return change  # a count went down: a rebuild
-            grown += step
-    try:
-        change.shortcut = int(version) - int(state.version) == grown
-    except ValueError:
-        pass
+    for start, count in new.items():
+        before = old.get(start, 0)
+        if count == before:
+            continue
+        if count < before or (before and state.content(start) is None):
+            return _fresh(change, range_)  # a rebuild, or the old content to take out is not cached
+        wanted.add(start)
+        if start in old:
+            grown += count - before
+    for k, length in enumerate(suffixes):
+        new_span, old_span = set(_span(range_, length)), _span(state.starts, state.suffixes[k])
+        for start in old_span:  # leaving: the content that was added must be taken out
+            count = old[start]
+            if count and start not in new_span and new.get(start, count) == count and state.content(start) is None:
+                wanted.add(start)
+                if start not in new:
+                    change.leaving[start] = count
+        for start in new_span.difference(old_span):  # coming in: its content is added
+            if new[start] and state.content(start) is None:
+                wanted.add(start)
+    change.wanted = sorted(wanted)
+    return _shortcut(change, state, totals_version, grown)
+
+
+def _shortcut(change: Change, state: SliceSpans, totals_version: str | None, grown: int) -> Change:
+    """Whether the totals follow: the version grew by exactly the known windows' count increases."""
+    if state.version and totals_version == state.version:
+        try:
+            change.shortcut = int(change.version) - int(state.version) == grown
+        except ValueError:
+            pass
     return change
 
 
-class Parsed:
-    """Parsed old and new windows of one slice's update, and their differences, made once."""
-
-    __slots__ = ("old", "new", "deltas")
-
-    def __init__(self, old: SliceSpans | None, new: dict[int, Aggregate]) -> None:
-        self.old: dict[int, Aggregate] = dict(old.parsed) if old is not None else {}
-        self.new = new
-        self.deltas: dict[int, Aggregate | None] = {}
-
-    def before(self, start: int, entry: Entry) -> Aggregate:
-        agg = self.old.get(start)
-        if agg is None:
-            agg = self.old[start] = decode_hash(entry[ENTRY_BYTES])
-        return agg
-
-    def after(self, start: int, entry: Entry) -> Aggregate:
-        agg = self.new.get(start)
-        if agg is None:
-            agg = self.new[start] = decode_hash(entry[ENTRY_BYTES])
-        return agg
-
-    def delta(self, start: int, before: Entry, after: Entry) -> Aggregate | None:
-        """``after - before`` (what the window gained), None if anything went down (a rebuild).
-
-        Its float fields are approximate: the callers set those exactly.
-        """
-        if start in self.deltas:
-            return self.deltas[start]
-        new, old = self.after(start, after), self.before(start, before)
-        (new_counts, new_buckets), (old_counts, old_buckets) = ((a.counts, a.latency.buckets) for a in (new, old))
-        counts = {k: v - old_counts.get(k, 0) for k, v in new_counts.items()}
-        buckets = {k: n - old_buckets.get(k, 0) for k, n in new_buckets.items()}
-        zero = new.latency.zero_count - old.latency.zero_count
-        delta = None
-        if (zero >= 0 and min(counts.values(), default=0) >= 0 and min(buckets.values(), default=0) >= 0
-                and not old_counts.keys() - new_counts.keys() and not old_buckets.keys() - new_buckets.keys()):
-            sketch = LogSketch(new.latency.relative_accuracy, new.latency.min_value)
-            sketch.buckets = {k: n for k, n in buckets.items() if n}
-            sketch.zero_count, sketch.count = zero, new.latency.count - old.latency.count
-            delta = Aggregate({k: v for k, v in counts.items() if v}, sketch)
-        self.deltas[start] = delta
-        return delta
+def _fresh(change: Change, range_: tuple[int, ...]) -> Change:
+    change.fresh = True
+    change.wanted = [start for start, count in zip(range_, change.counts) if count > 0]
+    return change
 
 
-def updated(change: Change, old: SliceSpans | None, fetched: dict[int, tuple[Entry, Aggregate]],
-            range_: tuple[int, ...], suffixes: tuple[int, ...], same: bool) -> tuple[SliceSpans, Parsed]:
-    """The slice's new windows and sums after ``fetched``, and the parsed windows it used.
+def delta(new: Aggregate, old: Aggregate) -> Aggregate | None:
+    """``new - old`` (what a window gained), None if anything went down (a rebuild).
 
-    ``same``: the fetch saw the version the counts script saw (one snapshot).
+    Its float fields are approximate: the callers set those exactly.
     """
-    cached = old.windows if old is not None else {}
-    counts = change.counts
-    new_parsed = {start: agg for start, (entry, agg) in fetched.items() if entry[ENTRY_COUNT] > 0}
-    if old is not None and old.starts == range_:
-        windows = dict(cached)
-        for start in cached.keys() - counts.keys():
-            del windows[start]  # down to 0: a rebuild
+    (new_counts, new_buckets), (old_counts, old_buckets) = ((a.counts, a.latency.buckets) for a in (new, old))
+    oget, bget = old_counts.get, old_buckets.get
+    counts = {k: v - oget(k, 0) for k, v in new_counts.items()}
+    buckets = {k: n - bget(k, 0) for k, n in new_buckets.items()}
+    zero = new.latency.zero_count - old.latency.zero_count
+    if (zero < 0 or min(counts.values(), default=0) < 0 or min(buckets.values(), default=0) < 0
+            or old_counts.keys() - new_counts.keys() or old_buckets.keys() - new_buckets.keys()):
+        return None
+    sketch = LogSketch(new.latency.relative_accuracy, new.latency.min_value)
+    sketch.buckets = {k: n for k, n in buckets.items() if n}
+    sketch.zero_count, sketch.count = zero, new.latency.count - old.latency.count
+    return Aggregate({k: v for k, v in counts.items() if v}, sketch)
+
+
+class Update(NamedTuple):
+    """A slice's new cache entry, and per changed window of the known range what it gained (None: unknown)."""
+
+    spans: SliceSpans
+    gained: dict[int, Aggregate | None]
+
+
+def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes], range_: tuple[int, ...],
+            suffixes: tuple[int, ...], same: bool) -> Update | None:
+    """The slice's new cache entry after ``fetched`` (start → the window as the fetch script sent it).
+
+    ``same``: the fetch saw the version the counts script saw (one snapshot). None
+    when the cache does not add up (a window that left a span changed since it was
+    added, or a rebuild raced it): the caller sums the slice afresh.
+    """
+    version = change.version if same else ""
+    if change.fresh or old is None:
+        return Update(fresh_spans(version, fetched, range_, suffixes), {})
+    parsed = {start: interned(decode_hash(raw)) for start, raw in fetched.items()}
+    for start, count in change.leaving.items():
+        if parsed[start].traces != count:
+            return None
+    new_pos, old_pos = positions(range_), positions(old.starts)
+    old_counts, recent = old.counts, old.recent
+    counts = array("q", change.counts)
+    steady = old.starts == range_
+    if steady:
+        floats = array("d", old.floats)
+    else:  # the spans slid: realign the cached floats on the new range
+        floats = array("d", [NAN]) * (len(range_) * N_FLOATS)
+        for i, start in enumerate(range_):
+            j = old_pos.get(start)
+            if j is not None and old_counts[j] == counts[i]:
+                floats[i * N_FLOATS:(i + 1) * N_FLOATS] = old.floats[j * N_FLOATS:(j + 1) * N_FLOATS]
+    for start, agg in parsed.items():
+        at = new_pos.get(start)
+        if at is not None:
+            counts[at] = agg.traces  # the content's own count (a write may have raced the counts)
+            floats[at * N_FLOATS:(at + 1) * N_FLOATS] = array("d", window_floats(agg))
+
+    def old_count(start: int) -> int:
+        j = old_pos.get(start)
+        return 0 if j is None else old_counts[j]
+
+    def content(start: int, count: int) -> Aggregate | None:
+        """Window ``start`` holding ``count`` traces: cached or fetched; None if neither holds it."""
+        for agg in (recent.get(start), parsed.get(start)):
+            if agg is not None and agg.traces == count:
+                return agg
+        return None
+
+    if steady:
+        changed = [i for i, (now, before) in enumerate(zip(counts, old_counts)) if now != before]
     else:
-        windows = {start: cached[start] for start in counts.keys() & cached.keys()}
-    counts = dict(counts)
-    for start, (entry, _agg) in fetched.items():
-        if entry[ENTRY_COUNT] > 0:
-            windows[start] = entry
-            counts[start] = entry[ENTRY_COUNT]  # the content's own count (a write may have raced the counts)
+        changed = [i for i, start in enumerate(range_) if counts[i] != old_count(start)]
+    gained: dict[int, Aggregate | None] = {}  # what the changed windows of the known range gained
+    first_known, last_known = old.starts[0], old.starts[-1]
+    for i in changed:
+        start = range_[i]
+        if first_known <= start <= last_known:
+            before = old_count(start)
+            a = content(start, counts[i])
+            b = content(start, before) if before else None
+            if a is None or (before and b is None):
+                return None
+            gained[start] = a if b is None else delta(a, b)
+    sums = []
+    for k, length in enumerate(suffixes):
+        span = _span(range_, length)
+        moves = []
+        if steady and old.suffixes[k] == length:  # only the changed windows moved
+            first = len(range_) - length
+            for i in changed:
+                if i >= first:
+                    start = range_[i]
+                    before = old_counts[i]
+                    b = content(start, before) if before else None
+                    a = content(start, counts[i]) if counts[i] else None
+                    if (before and b is None) or (counts[i] and a is None):
+                        return None
+                    moves.append((start, b, a))
         else:
-            windows.pop(start, None)
-            counts.pop(start, None)
-    parsed = Parsed(old, dict(new_parsed))
-    changed = set(fetched).union([start for start in cached if start not in windows])
-    comparable = old if old is not None and len(old.suffixes) == len(suffixes) else None  # else sum afresh
-    sums = [slide(comparable, k, windows, parsed, changed, range_, length) for k, length in enumerate(suffixes)]
-    keep = {start: agg for start, agg in new_parsed.items() if start in cached}  # changed, not new
-    return SliceSpans(change.version if same else "", range_, suffixes, windows, counts, keep, sums), parsed
+            old_span = _span(old.starts, old.suffixes[k])
+            in_span, in_old = set(span), set(old_span)
+            for start in sorted(in_span | in_old):
+                c_old = old_count(start) if start in in_old else 0
+                at = new_pos.get(start)
+                c_new = counts[at] if start in in_span and at is not None else 0
+                if c_old == c_new:
+                    continue  # the same content (a count identifies it), or absent on both sides
+                b = content(start, c_old) if c_old else None
+                a = content(start, c_new) if c_new else None
+                if (c_old and b is None) or (c_new and a is None):
+                    return None
+                moves.append((start, b, a))
+        total = old.sums[k]
+        if moves:
+            moved = _moved(total, moves, gained)
+            if moved is None:
+                return None
+            total = resum_floats(moved, floats, range_, span)
+        sums.append(total)
+    recent = _recent(range_, counts, parsed, old)
+    return Update(SliceSpans(version, range_, suffixes, counts, floats, recent, sums), gained)
 
 
-def followed_totals(cached: Aggregate, change: Change, old: SliceSpans, parsed: Parsed,
-                    fetched: dict[int, tuple[Entry, Aggregate]], floats: bytes | str) -> Aggregate | None:
+def _moved(total: Aggregate, moves: Iterable[tuple[int, Aggregate | None, Aggregate | None]],
+           gained: Mapping[int, Aggregate | None]) -> Aggregate | None:
+    """A copy of ``total`` with every window moved from its ``before`` to its ``after`` content."""
+    total = total.copy()
+    try:
+        for start, before, after in moves:
+            if before is not None and after is not None:
+                step = gained.get(start)
+                if step is not None:
+                    total.merge(step)
+                    continue
+            if before is not None:
+                total.subtract(before)
+            if after is not None:
+                total.merge(after)
+    except ValueError:
+        return None  # the cache does not add up: a rebuild raced it
+    return total
+
+
+def _recent(range_: tuple[int, ...], counts: array, parsed: Mapping[int, Aggregate],
+            old: SliceSpans | None) -> dict[int, Aggregate]:
+    """The parsed windows to keep: those among the newest :data:`RECENT_WINDOWS` starts and those that
+    changed in this update, each still as counted."""
+    keep: dict[int, Aggregate] = {}
+    newest = max(0, len(range_) - RECENT_WINDOWS)
+    where = positions(range_)
+    for start, agg in parsed.items():
+        i = where.get(start)
+        if i is not None and i < newest and counts[i] and agg.traces == counts[i] and (
+                old is None or old.count(start) != counts[i]):
+            keep[start] = agg
+    for i in range(newest, len(range_)):
+        start, count = range_[i], counts[i]
+        if not count:
+            continue
+        found = parsed.get(start)
+        if found is None and old is not None:
+            found = old.recent.get(start)
+        if found is not None and found.traces == count:
+            keep[start] = found
+    return keep
+
+
+def fresh_spans(version: str, fetched: Mapping[int, bytes], range_: tuple[int, ...],
+                suffixes: tuple[int, ...]) -> SliceSpans:
+    """The cache entry of a slice whose every window of ``range_`` with traces is in ``fetched``."""
+    fresh = fresh_sums(fetched, range_, suffixes)
+    newest = len(range_) - RECENT_WINDOWS
+    recent = {start: interned(decode_hash(fetched[start])) for i, start in enumerate(range_)
+              if i >= newest and fresh.counts[i]}
+    return SliceSpans(version, range_, suffixes, fresh.counts, fresh.floats, recent, fresh.sums)
+
+
+def followed_totals(cached: Aggregate, change: Change, old: SliceSpans, gained: Mapping[int, Aggregate | None],
+                    floats: bytes | str) -> Aggregate | None:
     """The ``cached`` totals moved by the changed windows' increments; floats as Redis holds them.
 
     Only windows the cache knew count: a window that came into the span is already in
@@ -204,17 +368,11 @@ def followed_totals(cached: Aggregate, change: Change, old: SliceSpans, parsed: 
     total = cached.copy()
     first, last = old.starts[0], old.starts[-1]
     try:
-        for start, (entry, agg) in fetched.items():
+        for start, step in gained.items():
             if first <= start <= last:
-                before = old.windows.get(start)
-                if before is None:
-                    total.merge(agg)
-                    continue
-                delta = parsed.delta(start, before, entry)
-                if delta is None:
-                    total.subtract(parsed.before(start, before)).merge(agg)
-                else:
-                    total.merge(delta)
+                if step is None:
+                    return None
+                total.merge(step)
     except ValueError:
         return None
     for key, value in zip(FLOATS, text(floats).split(" ")):
@@ -222,67 +380,4 @@ def followed_totals(cached: Aggregate, change: Change, old: SliceSpans, parsed: 
             total.counts[key] = float(value)
         else:
             total.counts.pop(key, None)
-    return total
-
-
-def slide(old: SliceSpans | None, k: int, windows: dict[int, Entry], parsed: Parsed, changed: set[int],
-          range_: tuple[int, ...], length: int) -> Aggregate:
-    """Span ``k``'s new sum: the old one minus what left or changed, plus what came or changed.
-
-    ``changed``: the starts whose window differs from the cached one.
-    """
-    span = range_[len(range_) - length:]
-    if old is not None:
-        old_span = old.starts[len(old.starts) - old.suffixes[k]:]
-        if old_span == span:  # only the changed windows differ
-            moves = [(start, old.windows.get(start), windows.get(start)) for start in changed
-                     if span and span[0] <= start <= span[-1]]
-        else:
-            old_set, new_set = set(old_span), set(span)
-            moves = [(start, old.windows.get(start) if start in old_set else None,
-                      windows.get(start) if start in new_set else None) for start in old_set | new_set]
-            moves = [move for move in moves if move[1] is not move[2]]
-        if not moves:
-            return old.sums[k]
-        if 2 * len(moves) < length:
-            total = old.sums[k].copy()
-            try:
-                for start, before, after in moves:
-                    delta = None
-                    if before is not None and after is not None:
-                        delta = parsed.delta(start, before, after)
-                    if delta is not None:
-                        total.merge(delta)
-                        continue
-                    if before is not None:
-                        total.subtract(parsed.before(start, before))
-                    if after is not None:
-                        total.merge(parsed.after(start, after))
-                return resum_floats(total, windows, span)
-            except ValueError:
-                pass  # the cache does not add up (a rebuild raced it): sum afresh
-    total = Aggregate()
-    for start in span:
-        entry = windows.get(start)
-        if entry is not None:
-            total.merge(parsed.after(start, entry))
-    total.latency.buckets = dict(sorted(total.latency.buckets.items()))  # see decode_hash
-    return resum_floats(total, windows, span)
-
-
-def resum_floats(total: Aggregate, windows: dict[int, Entry], span: Sequence[int]) -> Aggregate:
-    """Set the float fields of ``total`` to their sum over ``span``'s windows, in window order.
-
-    The same additions, in the same order, as a fresh merge of the windows
-    (a left fold: not ``sum()``, which compensates from Python 3.12 on), so
-    subtracting never leaves rounding residue behind.
-    """
-    entries = [entry[ENTRY_FLOATS] for entry in map(windows.get, span) if entry is not None]
-    counts = total.counts
-    for i, key in enumerate(FLOATS):
-        values = [value for floats in entries if (value := floats[i]) is not None]
-        if values:
-            counts[key] = reduce(add, values)
-        else:
-            counts.pop(key, None)
     return total

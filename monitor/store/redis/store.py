@@ -13,15 +13,18 @@ hash expires with the last window it can hold, so a reader must not trust a
 field whose window is past retention. Reads merge hashes server-side, one
 merged hash per slice.
 
-Redis Cluster: the scripts touch keys they build themselves, so this store
-needs a single Redis (or one shard per key prefix); see the README.
+Redis Cluster: the scripts touch keys they build themselves, which a cluster
+node allows only for keys of its own slots, so this store runs on one Redis,
+or as one *view* of :class:`~monitor.store.redis.cluster.ClusterStore`, which
+gives each Kafka partition a prefix with a hash tag (``P:{t:<topic>:<partition>}``)
+so that every key one apply touches is in one slot (docs/operating.md "Redis Cluster").
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import cast
+from typing import Protocol, cast
 
 import redis
 
@@ -337,22 +340,30 @@ class RedisStore:
         return deleted
 
 
+class Admitting(Protocol):
+    """A store that keeps the admitted values of each dimension (RedisStore, ClusterStore)."""
+
+    def admit(self, dim: str, value: str, cap: int) -> bool: ...
+
+
 class RedisGuard(CardinalityGuard):
     """Cardinality guard whose admitted sets live in Redis, shared by all workers."""
 
-    def __init__(self, store: RedisStore, max_values: int = 100) -> None:
+    def __init__(self, store: Admitting, max_values: int = 100) -> None:
         super().__init__(max_values=max_values)
         self.store = store
         self.rejected: dict[str, set[str]] = {}
 
-    def admit(self, dim: str, value: str) -> str:
+    def admit_capped(self, dim: str, value: str, cap: int) -> str:
+        """As the pure guard's, with the admitted set in Redis (``dim`` may be a grouping's
+        ``grouping:<name>``: its admitted combinations, capped by the grouping's budget)."""
         seen = self.admitted.setdefault(dim, set())
         if value in seen:
             return value
         rejected = self.rejected.setdefault(dim, set())
         if value in rejected:
             return "__other__"
-        if self.store.admit(dim, value, self.cap(dim)):
+        if self.store.admit(dim, value, cap):
             seen.add(value)
             return value
         if len(rejected) < 100_000:

@@ -26,7 +26,8 @@ def _run(rates: list[float], traces_per_hour: int, seed: int, start_hours: int =
     A shadow comparison with one pair keeps v1 a baseline release of the engine."""
     rng = np.random.default_rng(seed)
     store = MemoryStore(resolutions=resolutions_for(48 * 3600, 35 * 86400))
-    sid = slice_id(slice_key({"release": "v1", "arm": "baseline", "task_type": "a"}))
+    # the whole fleet's row (the release × arm grouping), which the environment detector reads
+    sid = slice_id(slice_key({"release": "v1", "arm": "baseline"}))
     first = BatchDelta()
     first.add_paired_evidence(pair_key("v1", "v2", ""), PairedCounts(n_pairs=1).hash_fields())
     store.apply(first)

@@ -171,7 +171,9 @@ def test_fold_batch_counts_traces_and_dlq_in_one_delta(native):
     delta = fold_batch(batch, Slicer(dimensions=DIMENSIONS), NOW)
     assert delta.counters["traces"] == 8
     assert delta.counters["dlq"] == 2
-    assert sum(agg.traces for agg in delta.totals.values()) == 8
+    # one row per slice grouping: the whole fleet's (id "", no release or arm here) and the tenant rows
+    assert delta.totals[""].traces == 8
+    assert sum(agg.traces for sid, agg in delta.totals.items() if sid) == 8
 
 
 def test_fold_batch_of_only_rejections_still_counts_them():

@@ -18,9 +18,10 @@ from monitor.exporter.collector import LATENCY_BUCKETS_SECONDS, FleetCollector, 
 from monitor.exporter.figures import histogram_counts
 from monitor.exporter.labels import label_name
 from monitor.fold import fold
+from monitor.groupings import grouping_name
 from monitor.schema import Trace
 from monitor.sketch import LogSketch
-from monitor.slices import CardinalityGuard, Slicer, slice_id
+from monitor.slices import CardinalityGuard, Slicer, parse_slice_id
 from monitor.store.memory import MemoryStore
 from tests.support.traces import NOW, PRICES, make_traces
 
@@ -44,7 +45,20 @@ def scrape(collector: FleetCollector) -> dict[str, list]:
 
 
 def by_labels(samples: list, **labels: str) -> list:
-    return [s for s in samples if all(s.labels.get(k) == v for k, v in labels.items())]
+    return [s for s in samples if all(s.labels.get(k, "") == v for k, v in labels.items())]
+
+
+def traces_of(traces: list[Trace], sid: str) -> list[Trace]:
+    """The traces a stored row (of one grouping) holds: those whose full key has its values."""
+    row = parse_slice_id(sid)
+    slicer = Slicer()
+    return [t for t in traces if set(row) <= set(slicer.key(t))]
+
+
+def row_labels(sid: str) -> dict[str, str]:
+    """A row's labels: its dimensions and its grouping (which tells it from the rows of other groupings)."""
+    key = parse_slice_id(sid)
+    return {**{label_name(d): v for d, v in key}, "grouping": grouping_name(key)}
 
 
 def test_counters_match_the_totals_and_prices_at_now():
@@ -52,9 +66,10 @@ def test_counters_match_the_totals_and_prices_at_now():
     store = filled_store(traces)
     samples = scrape(FleetCollector(store, PRICES, now=lambda: NOW))
     totals = store.totals()
-    assert len(totals) == 4
+    # 2 releases: release × arm 2 rows, × task_type 2, × tenant 4, × locale 2, × task_type × tenant 4, × locale 2
+    assert len(totals) == 16
     for sid, agg in totals.items():
-        labels = dict((label_name(d), v) for d, v in Slicer().key(_one_trace_of(traces, sid)))
+        labels = row_labels(sid)
         for outcome in ("success", "failure", "escalated", "abandoned", "none"):
             (s,) = by_labels(samples["fleetmon_traces_total"], outcome=outcome, **labels)
             assert s.value == agg.get("outcome:" + outcome)
@@ -85,24 +100,17 @@ def test_counters_match_the_totals_and_prices_at_now():
         assert total.value == pytest.approx(agg.get("latency_sum_seconds"))
 
 
-def _one_trace_of(traces: list[Trace], sid: str) -> Trace:
-    slicer = Slicer()
-    return next(t for t in traces if slice_id(slicer.key(t)) == sid)
-
-
 def test_windowed_gauges_equal_health_of_the_merged_minutes():
     traces = make_traces(800, seed=3, spread_seconds=4000)
     store = filled_store(traces)
     samples = scrape(FleetCollector(store, PRICES, now=lambda: NOW))
-    slicer = Slicer()
     for window, seconds in (("5m", 300), ("1h", 3600)):
         first = int(NOW - seconds) // 60 * 60
         for sid in store.totals():
-            inside = [t for t in traces if slice_id(slicer.key(t)) == sid and first <= t.ts < NOW + 60]
+            inside = [t for t in traces_of(traces, sid) if first <= t.ts < NOW + 60]
             agg = Aggregate.of(inside)
             h = health(agg, PRICES, first)
-            labels = dict((label_name(d), v) for d, v in slicer.key(inside[0] if inside else
-                                                                   _one_trace_of(traces, sid)))
+            labels = row_labels(sid)
             labels["window"] = window
             (n,) = by_labels(samples["fleetmon_window_traces"], **labels)
             assert n.value == len(inside)
@@ -131,12 +139,11 @@ def test_safety_and_steps_gauges_equal_health_with_intervals():
                                   side_effects=rng.choice((0, 0, 0, 1, 3)))
               for t in make_traces(600, seed=9, spread_seconds=200)]
     samples = scrape(FleetCollector(filled_store(traces), PRICES, now=lambda: NOW))
-    slicer = Slicer()
     first = int(NOW - 300) // 60 * 60
     for sid in filled_store(traces).totals():
-        inside = [t for t in traces if slice_id(slicer.key(t)) == sid and first <= t.ts < NOW + 60]
+        inside = [t for t in traces_of(traces, sid) if first <= t.ts < NOW + 60]
         h = health(Aggregate.of(inside), PRICES, first)
-        labels = {**{label_name(d): v for d, v in slicer.key(inside[0])}, "window": "5m"}
+        labels = {**row_labels(sid), "window": "5m"}
 
         def value(name: str, labels: dict[str, str] = labels) -> float:
             (sample,) = by_labels(samples[name], **labels)
@@ -175,7 +182,7 @@ def test_inactive_slices_keep_counters_but_get_no_window_gauges_and_no_nan():
         for s in rows:
             assert math.isfinite(s.value), (name, s)
     (active,) = samples["fleetmon_active_slices"]
-    assert active.value == 2
+    assert active.value == 2 * 6  # two releases, one row in each of the six default groupings
 
 
 def test_no_success_leaves_out_cost_per_solved_but_keeps_the_ratio():
@@ -197,7 +204,10 @@ def test_pipeline_metrics_and_self_metrics():
     admitted = slicer.guard.admitted["tenant"]
     assert folded == {"release": 0, "arm": 0, "task_type": 0, "locale": 0,
                       "tenant": sum(1 for t in traces if t.tenant not in admitted)}
-    assert {s.labels["tenant"] for s in samples["fleetmon_successes_total"]} <= admitted | {"__other__"}
+    # no grouping past its budget here: zeros for every grouping but release × arm
+    assert {s.labels["grouping"]: s.value for s in samples["fleetmon_grouping_folded_total"]} == {
+        "task_type": 0, "tenant": 0, "locale": 0, "task_type,tenant": 0, "task_type,locale": 0}
+    assert {s.labels["tenant"] for s in samples["fleetmon_successes_total"]} <= admitted | {"__other__", ""}
     (offset,) = samples["fleetmon_applied_offset"]
     assert offset.labels == {"source": "fleetmon.traces:0"} and offset.value == 299
     assert samples["fleetmon_exporter_up"][0].value == 1
@@ -266,8 +276,9 @@ def test_tag_dimensions_become_labels():
                     tags={"team-name": "blue"}) for i in range(5)]
     store = filled_store(traces, Slicer(dimensions=("release", "team-name")))
     samples = scrape(FleetCollector(store, PRICES, now=lambda: NOW))
-    (s,) = samples["fleetmon_successes_total"]
-    assert s.labels == {"release": "r", "team_name": "blue"}
+    assert [s.labels for s in samples["fleetmon_successes_total"]] == [
+        {"release": "r", "team_name": "", "grouping": ""},   # the release × arm row: no team_name
+        {"release": "r", "team_name": "blue", "grouping": "team-name"}]
 
 
 @pytest.mark.parametrize("seed", range(5))

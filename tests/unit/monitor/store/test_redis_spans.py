@@ -1,0 +1,80 @@
+"""The exporter cache's arithmetic (monitor/store/redis/spans.py) against plain merges, no Redis needed."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pytest
+
+from monitor.aggregate import FLOAT_FIELDS, Aggregate
+from monitor.store.redis.spans import Change, fresh_spans, plan, updated
+from tests.support.traces import make_traces
+
+STEP = 60
+
+
+def encoded(agg: Aggregate, rng: random.Random) -> bytes:
+    """A window as the fetch script sends it: the JSON of its plain fields, then its sketch buckets."""
+    fields = {k: repr(float(v)) if k in FLOAT_FIELDS else str(int(v)) for k, v in agg.to_dict().items()}
+    items = list(fields.items())
+    rng.shuffle(items)
+    plain = [x for k, v in items if not (k.startswith("latency:") and k != "latency:z") for x in (k, v)]
+    buckets = [x for k, v in items if k.startswith("latency:") and k != "latency:z" for x in (k[8:], v)]
+    return orjson.dumps(plain) + b"\n" + " ".join(buckets).encode()
+
+
+def windows(seed: int, starts: list[int]) -> dict[int, Aggregate]:
+    rng = random.Random(seed)
+    traces = make_traces(600, seed=seed)
+    return {start: Aggregate.of(rng.sample(traces, rng.randint(1, 40))) for start in starts if rng.random() < 0.8}
+
+
+def merged(aggs: dict[int, Aggregate], span: tuple[int, ...]) -> Aggregate:
+    total = Aggregate()
+    for start in span:  # in window order, as the store merges them
+        if start in aggs:
+            total.merge(aggs[start])
+    return total
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fresh_sums_and_incremental_updates_equal_plain_merges(seed):
+    rng = random.Random(seed)
+    range_ = tuple(range(0, 61 * STEP, STEP))
+    suffixes = (6, 61)
+    content = windows(seed, list(range_))
+    content.setdefault(range_[10], Aggregate.of(make_traces(3, seed=seed)))  # an old window with traces
+    state = fresh_spans("1", {s: encoded(a, rng) for s, a in content.items()}, range_, suffixes)
+    for k, length in enumerate(suffixes):
+        assert state.sums[k].to_dict() == merged(content, range_[-length:]).to_dict()
+    version = 1
+    for step in range(8):  # writes into the newest minutes (cached), then into an old one (not cached)
+        start = range_[-2 - step % 3] if step < 7 else range_[10]
+        extra = Aggregate.of(make_traces(rng.randint(1, 9), seed=100 * seed + step))
+        content[start] = content[start].copy().merge(extra) if start in content else extra
+        version += extra.traces
+        counts = [content[s].traces if s in content else 0 for s in range_]
+        change = plan("s", str(version), counts, range_, suffixes, state, state.version)
+        assert change.fresh == (step == 7) and change.shortcut != change.fresh
+        update = updated(change, state, {s: encoded(content[s], rng) for s in change.wanted}, range_, suffixes, True)
+        assert update is not None
+        state = update.spans
+        for k, length in enumerate(suffixes):
+            assert state.sums[k].to_dict() == merged(content, range_[-length:]).to_dict(), (step, k)
+
+
+def test_a_count_that_went_down_is_a_fresh_sum():
+    rng = random.Random(1)
+    range_ = tuple(range(0, 5 * STEP, STEP))
+    content = windows(1, list(range_))
+    state = fresh_spans("9", {s: encoded(a, rng) for s, a in content.items()}, range_, (5,))
+    counts = [max(0, (content[s].traces if s in content else 0) - 1) for s in range_]
+    change = plan("s", "5", counts, range_, (5,), state, "9")
+    assert isinstance(change, Change) and change.fresh and not change.shortcut
+    assert change.wanted == [s for s, c in zip(range_, counts) if c]
+
+
+def test_buckets_that_do_not_come_in_pairs_are_refused():
+    with pytest.raises(ValueError, match="counts >= 0 in pairs"):
+        fresh_spans("1", {0: b'["traces","1"]\n7 -2'}, (0,), (1,))
