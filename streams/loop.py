@@ -261,13 +261,13 @@ class ConsumeLoop:
                             len(records), part.source, attempt, delay, type(exc).__name__, exc)
                 await self._pause(delay)
 
-    async def _commit_ready(self, force: bool = False) -> None:
+    async def _commit_ready(self, force: bool = False, also: set[TopicPartition] | None = None) -> None:
         if not self._to_commit:
             return
         now = time.monotonic()
         if not force and now - self._last_commit < COMMIT_INTERVAL_SECONDS:
             return
-        offsets = {tp: offset for tp, offset in self._to_commit.items() if tp in self.assigned}
+        offsets = {tp: offset for tp, offset in self._to_commit.items() if tp in self.assigned or (also and tp in also)}
         self._to_commit.clear()
         self._last_commit = now
         if not offsets:
@@ -280,13 +280,17 @@ class ConsumeLoop:
 
     # -- rebalancing --------------------------------------------------------------
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        # Unassigned first, before any await: a fetch of theirs that _process holds must not start an
+        # apply while this callback waits, or that apply would find their pairers gone and count the
+        # traces without pairing their halves (the halves lost for good).
+        held = set(revoked) & self.assigned
+        self.assigned -= held
         try:
             await self._finish_inflight()
         except StopRequested:
             pass
-        await self._commit_ready(force=True)
+        await self._commit_ready(force=True, also=held)
         for tp in revoked:
-            self.assigned.discard(tp)
             self.pairers.pop(tp, None)
             self.watermarks.pop(tp, None)
             self._to_commit.pop(tp, None)
