@@ -64,8 +64,7 @@ class BaselineDrops:
         if not releases or HOUR not in {r.name for r in store.resolutions}:
             return {}
         since = now - self.current_seconds - self.trailing_seconds - HOUR_SECONDS
-        ids = tuple(sorted(sid for sid in store.active_slices(since=since)
-                           if f"arm={BASELINE_ARM}" in sid and dict(parse_slice_id(sid)).get("arm") == BASELINE_ARM))
+        ids = baseline_ids(store, since)
         if not ids:
             return {}
         split = (now - self.current_seconds) // HOUR_SECONDS * HOUR_SECONDS  # first current hour window

@@ -18,7 +18,6 @@ import subprocess
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 
 import pytest
 import redis
@@ -33,6 +32,7 @@ from monitor.store.redis.merge import hash_tag, view_prefix
 from monitor.store.redis.store import RedisStore
 from monitor.windows import DEFAULT_RESOLUTIONS
 from streams.batch import decode_batch, fold_batch
+from tests.support.batches import Rec
 from tests.support.paths import ROOT
 from tests.support.pipeline import (
     FLEETMON,
@@ -141,13 +141,6 @@ def wait_exact(store: ClusterStore, topic: str, records: list[dict], bootstrap: 
         time.sleep(0.3)
     pytest.fail(f"the cluster store did not match the topic within {timeout} s: {problems}\n{workers.tails()}")
 
-
-@dataclass
-class Rec:
-    offset: int
-    value: bytes
-    key: bytes | None = None
-    timestamp: int | None = None
 
 
 def reference(records: list[dict], now: float) -> MemoryStore:

@@ -18,7 +18,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass as dataclass_record
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -406,14 +405,7 @@ def test_refused_apply_refolds_only_the_records_after_the_watermark(redis_client
     from monitor.worker_settings import WorkerSettings
     from streams.batch import fold_batch
     from streams.loop import ConsumeLoop
-    from tests.support.batches import decode_records
-
-    @dataclass_record
-    class Rec:
-        offset: int
-        value: bytes
-        key: bytes | None = None
-        timestamp: int | None = None
+    from tests.support.batches import Rec, decode_records
 
     now = time.time()
     prefix = f"fm-{uuid.uuid4().hex[:10]}"

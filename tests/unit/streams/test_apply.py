@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 
 import pytest
 from aiokafka import TopicPartition
@@ -18,15 +17,8 @@ from streams.apply import BatchApplier, LoopCounters
 from streams.batch import decode_batch
 from streams.native import NativeFolder
 from streams.native import available as native_available
+from tests.support.batches import Rec
 from tests.support.pipeline import make_records
-
-
-@dataclass
-class Rec:
-    offset: int
-    value: bytes
-    key: bytes | None = None
-    timestamp: int | None = None
 
 
 class FailingOnce(MemoryStore):

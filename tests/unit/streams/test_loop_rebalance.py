@@ -7,22 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass
 
 from aiokafka.structs import TopicPartition
 
 from monitor.store.memory import MemoryStore
 from monitor.worker_settings import WorkerSettings
 from streams.loop import ConsumeLoop
+from tests.support.batches import Rec
 from tests.support.pipeline import make_records
-
-
-@dataclass
-class Rec:
-    offset: int
-    value: bytes
-    key: bytes | None = None
-    timestamp: int | None = None
 
 
 class YieldingConsumer:

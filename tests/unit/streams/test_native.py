@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,18 +24,12 @@ from monitor.slices import CardinalityGuard, Slicer
 from monitor.windows import Resolution
 from streams.batch import decode_batch, fold_batch
 from streams.native import NativeFolder, known_fields
+from tests.support.batches import Rec
 
 NOW = 1_800_000_000.0
 DIMENSIONS = ("release", "arm", "task_type", "tenant", "model_id", "team")   # "team" is a tag
 RESOLUTIONS = (Resolution("1m", 60, 3600), Resolution("1h", 3600, 86400))
 
-
-@dataclass
-class Rec:
-    offset: int
-    value: bytes | None
-    key: bytes | None = None
-    timestamp: int | None = None
 
 
 def folder(max_record_bytes: int = 4096, pair_id_slow: bool = False) -> NativeFolder:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,6 +30,7 @@ from monitor.slices import CardinalityGuard, Slicer
 from monitor.windows import Resolution
 from streams.batch import decode_batch, fold_batch, pair_batch
 from streams.native import NativeFolder, PairEvidence, pair_evidence_fields
+from tests.support.batches import Rec
 
 NOW = 1_800_000_000.0
 DIMENSIONS = ("release", "arm", "task_type", "tenant", "model_id", "team")   # "team" is a tag
@@ -39,13 +40,6 @@ CAPS = Caps(cost_usd=0.004, latency_seconds=2.0)    # small, so that values fall
 PRICES = PriceMap([Price("m1", 0.0, 3.0, 15.0, 0.3), Price("m1", NOW - 1800, 2.5, 12.0, 0.25),
                    Price("*", 0.0, 1.1, 4.4, 0.11)])
 
-
-@dataclass
-class Rec:
-    offset: int
-    value: bytes | None
-    key: bytes | None = None
-    timestamp: int | None = None
 
 
 PATHS = {"python": None, "native": NativeFolder(DIMENSIONS, RESOLUTIONS, max_record_bytes=4096),

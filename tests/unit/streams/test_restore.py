@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-from dataclasses import dataclass
 
 import pytest
 from aiokafka import TopicPartition
@@ -25,18 +24,12 @@ from monitor.windows import DEFAULT_RESOLUTIONS
 from streams.apply import BatchApplier, LoopCounters
 from streams.batch import decode_batch
 from streams.restore import find_loss
+from tests.support.batches import Rec
 from tests.support.pipeline import make_records
 
 NOW = 1_796_000_000.0
 TOPIC = "t"
 
-
-@dataclass
-class Rec:
-    offset: int
-    value: bytes
-    key: bytes | None = None
-    timestamp: int | None = None
 
 
 def test_find_loss_is_the_apply_scripts_rule():
