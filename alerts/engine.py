@@ -76,7 +76,8 @@ class EngineConfig:
     active_seconds: float = 2 * 3600.0
     baseline_current_seconds: float = 3600.0
     baseline_trailing_seconds: float = 7 * 86400.0
-    #: After the store lost its state: how long no alert changes while the workers rebuild it from Kafka.
+    #: After the store lost its state: how long no alert changes while the workers rebuild it from Kafka
+    #: (``alerts.restore_hold`` in fleetmon.toml, wired by :func:`alerts.wiring.engine_config`).
     restore_hold_seconds: float = 300.0
 
 

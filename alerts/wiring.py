@@ -32,6 +32,7 @@ def engine_config(config: Config) -> EngineConfig:
     return EngineConfig(policy=policy, lifecycle=lifecycle,
                         canary_lookback_seconds=config.seconds("alerts", "canary_lookback"),
                         canary_block_seconds=config.seconds("alerts", "canary_block"),
+                        restore_hold_seconds=config.seconds("alerts", "restore_hold"),
                         environment_arl_hours=8760.0 / a.environment_false_pages_per_year)
 
 

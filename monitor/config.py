@@ -107,6 +107,7 @@ class AlertsConfig:
     rearm_alpha: float = 0.01
     canary_lookback: str = "6h"   # how far back a new canary ledger starts
     canary_block: str = "10m"     # canary pairs are matched within task type and block (alerts.canary)
+    restore_hold: str = "5m"      # after the store lost its state, no alert changes while workers restore it
     cost_cap_usd: float = 5.0     # per-trace cap of the capped-mean cost test (monitor.stats.capped_mean)
     latency_cap: str = "10m"      # per-trace cap of the capped-mean latency test
     environment_false_pages_per_year: float = 1.0  # FleetmonEnvironmentDrop's e-detector, per baseline release
@@ -290,7 +291,7 @@ def _check(config: Config) -> None:
     for section, key in (("windows", "minute_retention"), ("windows", "hour_retention"), ("alerts", "interval"),
                          ("alerts", "pair_ttl"), ("alerts", "hold"), ("alerts", "renotify"),
                          ("alerts", "canary_lookback"), ("alerts", "canary_block"),
-                         ("alerts", "latency_cap")):
+                         ("alerts", "latency_cap"), ("alerts", "restore_hold")):
         value = getattr(getattr(config, section), key)
         try:
             parse_duration(value)

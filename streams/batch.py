@@ -48,7 +48,7 @@ from monitor.pairing import Pairer, RecordPair, comparison_slice_ids
 from monitor.schema import PAIRED_ARMS, Trace, TraceError, validate
 from monitor.slices import SliceKey, Slicer
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
-from streams.native import NativeFolder, NativeHalf, PairEvidence
+from streams.native import JoinInputs, NativeFolder, NativeHalf, PairEvidence, join_part
 
 log = logging.getLogger("fleetmon.worker")
 
@@ -74,7 +74,8 @@ class PartitionBatch:
     ``traces`` are the ones Python validated (``positions``: their places in
     the batch, which order the fold); ``native_count`` more were folded by
     the native path into the batch's groups, the latest at ``native_latest``,
-    and ``halves`` are those of them with a ``pair_id`` (position order).
+    and ``halves`` are those of them with a ``pair_id`` (position order) — or,
+    joined natively, part ``joined_part`` of ``joined`` holds them.
     """
 
     topic: str
@@ -87,6 +88,12 @@ class PartitionBatch:
     native_count: int = 0
     native_latest: float | None = None
     halves: list[NativeHalf] = field(default_factory=list)
+    joined: Any = None
+    joined_part: int = 0
+
+    def native_halves(self) -> list[NativeHalf]:
+        """The halves the native path read, as rows (see :data:`streams.native.NativeHalf`)."""
+        return list(self.joined.rows(self.joined_part)) if self.joined is not None else self.halves
 
     @property
     def source(self) -> str:
@@ -243,8 +250,9 @@ def decode_batch(parts: Sequence[tuple[str, int, Sequence[Any]]], now: float, *,
     pending = next(slow, None)
     halves = result.halves
     start = taken = 0
-    for part, (count, latest) in zip(batch.parts, result.parts):
+    for index, (part, (count, latest)) in enumerate(zip(batch.parts, result.parts)):
         part.native_count, part.native_latest = count, latest
+        part.joined, part.joined_part = result.joined, index
         end = start + part.size
         left = []
         while pending is not None and pending < end:
@@ -287,28 +295,49 @@ def pair_batch(batch: Batch, pairers: Mapping[str, Pairer], key: Callable[[Trace
                delta: BatchDelta, key_for: Callable[[Sequence[str]], SliceKey] | None = None,
                ) -> dict[str, tuple[dict[str, str], set[str]]]:
     """Join the batch's shadow pairs into ``delta`` with each source's pairer (sources without one are
-    not paired); returns the waiting halves' changes per source. A half expires on its partition's
-    event-time clock: the part's latest ``ts``, capped at ``now``.
+    not paired); returns the waiting halves' changes per source: the net ones — a pair id that starts
+    and stops waiting within the batch is not stopped, as the store never held it (the pairer holds
+    what the store holds before each batch: the apply reloads it after any apply it is unsure of). A
+    half expires on its partition's event-time clock: the part's latest ``ts``, capped at ``now``.
 
     ``key`` is the guarded slice key of a trace read by Python, ``key_for`` that of a native half's
     raw dimension values (:meth:`monitor.slices.Slicer.key_for`; required when the batch has native
     halves). Both are called after the fold, so the guard has seen every value of the batch and a
     value's key cannot change within it: ``key_for`` is called once per distinct value tuple. A batch
     decoded natively also sums its pairs' evidence natively (:class:`streams.native.PairEvidence`,
-    the same arithmetic as :func:`monitor.pairing.record_pair`, bit for bit).
+    the same arithmetic as :func:`monitor.pairing.record_pair`, bit for bit), and joins natively
+    (:func:`streams.native.join_part`) each part whose paired traces it read all.
     """
     pending: dict[str, tuple[dict[str, str], set[str]]] = {}
     slices_of: dict[tuple[str, ...], tuple[str, ...]] = {}
     resolve = key_for or _no_key_for
+
+    def slices_for(dims: tuple[str, ...]) -> tuple[str, ...]:
+        slices = slices_of.get(dims)
+        if slices is None:
+            slices = slices_of[dims] = comparison_slice_ids(resolve(dims))
+        return slices
+
+    inputs: JoinInputs | None = None
     for part in batch.parts:
         pairer = pairers.get(part.source)
         latest = part.latest_ts
         if pairer is None or latest is None:
             continue
         paired = BatchDelta()
+        if part.joined is not None and not any(t.pair_id is not None and t.arm in PAIRED_ARMS for t in part.traces):
+            if inputs is None:
+                inputs = JoinInputs(part.joined, slices_for)
+            fresh = join_part(part.joined, part.joined_part, pairer, inputs, paired)
+            if fresh is not None:
+                pairer.expire(min(now, latest), paired)
+                paired.pending_del -= fresh     # started and expired within the part
+                _done(part, paired, pending, delta)
+                continue
+        held = set(pairer.pending)
         sums = PairEvidence(pairer.caps) if batch.native is not None else None
         record = sums.record if sums is not None else None
-        halves = iter(part.halves)
+        halves = iter(part.native_halves())
         half = next(halves, None)
         for position, trace in zip(part.positions, part.traces):
             if trace.pair_id is None or trace.arm not in PAIRED_ARMS:
@@ -323,10 +352,17 @@ def pair_batch(batch: Batch, pairers: Mapping[str, Pairer], key: Callable[[Trace
         if sums is not None:
             sums.flush(paired)
         pairer.expire(min(now, latest), paired)
-        pending[part.source] = (paired.pending_set, paired.pending_del)
-        paired.pending_set, paired.pending_del = {}, set()
-        delta.merge(paired)
+        paired.pending_del &= held              # the others started and stopped within the part
+        _done(part, paired, pending, delta)
     return pending
+
+
+def _done(part: PartitionBatch, paired: BatchDelta, pending: dict[str, tuple[dict[str, str], set[str]]],
+          delta: BatchDelta) -> None:
+    """Take the part's waiting-half changes out of ``paired`` into ``pending``, merge the rest into ``delta``."""
+    pending[part.source] = (paired.pending_set, paired.pending_del)
+    paired.pending_set, paired.pending_del = {}, set()
+    delta.merge(paired)
 
 
 def _no_key_for(values: Sequence[str]) -> SliceKey:

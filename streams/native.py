@@ -22,7 +22,8 @@ they have one definition. The module is optional: without it, or with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,11 +32,14 @@ from monitor.aggregate import Aggregate
 from monitor.delta import BatchDelta
 from monitor.fold import Group, GroupKey
 from monitor.identity import Seen
-from monitor.pairing import Caps, Half, pair_key
-from monitor.schema import ALIASES, ARMS, MAX_FUTURE_SKEW_SECONDS, OUTCOMES, USER_SIGNALS
+from monitor.pairing import BASELINE_ARM, Caps, Half, Pairer, pair_key
+from monitor.pricing import PriceMap, PricingError
+from monitor.schema import ALIASES, ARMS, MAX_FUTURE_SKEW_SECONDS, OUTCOMES, PAIRED_ARMS, USER_SIGNALS
 from monitor.sketch import DEFAULT_MIN_VALUE, DEFAULT_RELATIVE_ACCURACY, LogSketch
 from monitor.slices import UNKNOWN
 from monitor.windows import Resolution
+
+log = logging.getLogger("fleetmon.worker")
 
 try:
     import fleetmon_native as _native
@@ -68,21 +72,25 @@ class NativeFold:
     parts: list[tuple[int, float | None]]          # per part: traces folded, their latest event time
     identities: Seen = field(default_factory=dict)  # the version tuples it saw (monitor.identity)
     halves: list[NativeHalf] = field(default_factory=list)  # its traces with a pair_id, by position
+    joined: Any = None   # instead, with ``native_join``: the halves held natively (``fleetmon_native.Halves``)
 
 
 class NativeFolder:
     """A configured native fold (one per worker; thread-safe, holds no state between calls).
 
-    ``pair_id_slow`` leaves every trace with a ``pair_id`` to Python, as before the native path handed
-    the pairer its halves (kept so the differential tests can compare the two).
+    ``native_join`` keeps the shadow halves native and joins them there (:func:`join_part`); without it
+    they come back as :data:`NativeHalf` rows that Python joins. ``pair_id_slow`` leaves every trace with
+    a ``pair_id`` to Python, as before the native path handed the pairer its halves. Both are kept so
+    the differential tests can compare the paths.
     """
 
     def __init__(self, dimensions: Sequence[str], resolutions: Sequence[Resolution], *,
-                 max_record_bytes: int, pair_id_slow: bool = False) -> None:
+                 max_record_bytes: int, pair_id_slow: bool = False, native_join: bool = True) -> None:
         if _native is None:
             raise RuntimeError("the native fold (fleetmon_native) is not installed; run `make install`")
         self.dimensions = tuple(dimensions)
         self.window_sizes = tuple(r.size_seconds for r in resolutions)
+        self.native_join = native_join
         self._folder = _native.Folder(
             dimensions=list(dimensions), window_sizes=[r.size_seconds for r in resolutions],
             outcomes=list(OUTCOMES), arms=list(ARMS), user_signals=list(USER_SIGNALS), slow_keys=list(SLOW_KEYS),
@@ -103,13 +111,87 @@ class NativeFolder:
         in ``values`` of its first trace.
         """
         lengths = None if part_lengths is None else list(part_lengths)
-        rows, slow, parts, seen, halves = self._folder.fold(values, now, lengths)
+        if self.native_join:
+            rows, slow, parts, seen, joined = self._folder.fold(values, now, lengths, list(PAIRED_ARMS))
+            halves: list[NativeHalf] = []
+        else:
+            rows, slow, parts, seen, halves = self._folder.fold(values, now, lengths)
+            joined = None
         groups = []
         for dims, starts, counts, buckets, zero, group_latest, first in rows:
             agg = Aggregate(counts, LogSketch.of_buckets(buckets, zero))
             groups.append(((dims, starts), Group(agg, group_latest, first)))
         identities: Seen = {(found[0], tuple(found[1:])): (latest, first) for found, latest, first in seen}
-        return NativeFold(groups, slow, parts, identities, halves)
+        return NativeFold(groups, slow, parts, identities, halves, joined)
+
+
+class JoinInputs:
+    """What the native join of a batch's halves needs from Python, resolved once per batch: the slice
+    ids of each dimension tuple (``slices_of``: the guarded key's :func:`comparison_slice_ids`, shared
+    with the Python join) and the price of each model in force over the batch's event times."""
+
+    def __init__(self, joined: Any, slices_for: Callable[[tuple[str, ...]], tuple[str, ...]]) -> None:
+        self.joined = joined
+        self.slices = [None if dims is None else slices_for(dims) for dims in joined.dims()]
+        self._rates: dict[int, list[tuple[float, float, float] | None]] = {}
+
+    def rates(self, prices: PriceMap) -> list[tuple[float, float, float] | None]:
+        """Per model, its rates when one price entry covers all its halves' times (else None: the
+        native join refuses the part, and Python prices each half — or raises its PricingError)."""
+        rates = self._rates.get(id(prices))
+        if rates is None:
+            rates = self._rates[id(prices)] = [None if span is None else _rates(prices, *span)
+                                               for span in self.joined.models()]
+        return rates
+
+
+def _rates(prices: PriceMap, model: str, earliest: float, latest: float) -> tuple[float, float, float] | None:
+    try:
+        first, last = prices.price_for(model, earliest), prices.price_for(model, latest)
+    except PricingError:
+        return None
+    if first is not last:   # price_for is monotone in time: one entry at both ends covers the span
+        return None
+    return first.input_usd_per_mtok, first.cached_input_usd_per_mtok, first.output_usd_per_mtok
+
+
+def join_part(joined: Any, part: int, pairer: Pairer, inputs: JoinInputs, delta: BatchDelta) -> set[str] | None:
+    """Offer part ``part``'s native halves to ``pairer`` as :meth:`Pairer.offer_half` would, one by one in
+    position order, with :class:`PairEvidence`'s sums: the same pairer afterwards, and the same counters,
+    waiting halves (same text) and evidence in ``delta`` (a fresh one). Its waiting-half changes are
+    the net ones: a pair id that starts and stops waiting within the part is neither started nor
+    stopped (the store never held it). Returns the pair ids that start waiting and that the pairer did
+    not hold (see :func:`streams.batch.pair_batch`). The join runs natively and changes nothing until
+    it has succeeded; None (nothing changed) when it cannot decide the part exactly as Python would
+    (see ``native/src/join.rs``), and the caller pairs it in Python."""
+    if delta.paired_evidence or delta.pending_set or delta.pending_del:
+        raise ValueError("join_part needs a fresh delta (the sums and waiting changes assume one)")
+    try:
+        pairs, duplicates, dropped, fresh, waiting, evidence = joined.join(
+            part, pairer.pending, inputs.slices, inputs.rates(pairer.prices), pairer.caps.cost_usd,
+            pairer.caps.latency_seconds, BASELINE_ARM, PAIRED_ARMS[1])
+    except ValueError:   # a refusal (e.g. a price that changes within the batch): Python decides the part
+        return None
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:   # a native fault (a panic included): loud, and Python decides the part
+        log.exception("the native pair join failed on part %d; pairing it in Python", part)
+        return None
+    pending = pairer.pending
+    for pair_id in dropped:
+        del pending[pair_id]
+    delta.pending_del.update(dropped)    # stop_waiting, on a delta that starts none of them
+    slices = inputs.slices
+    for pair_id, arm, release, success, harmful, cost, latency, ts, dims, benign, over in waiting:
+        half = pending[pair_id] = Half(arm, release, success, harmful, cost, latency, ts, slices[dims], benign, over)
+        delta.start_waiting(pair_id, half.to_json())
+    if pairs:
+        delta.count("pairs", pairs)
+    if duplicates:
+        delta.count("pairs_duplicate_half", duplicates)
+    for key, fields in evidence:
+        delta.add_paired_evidence(key, fields)
+    return set(fresh)
 
 
 class PairEvidence:

@@ -9,6 +9,9 @@ prefix in one Lua script (atomic: readers see the old state or the new one,
 never a mix; Redis is blocked for the script's duration, roughly 1 s per
 100,000 keys).
 
+On a Redis Cluster store the same recompute is swapped in one slot at a time
+(:mod:`streams.rebuild_cluster`, with the same script and key families).
+
 Renaming was chosen over an active-prefix pointer because it needs no
 change in any reader (the exporter, the alert engine, ``fleetmon stats``
 keep their prefix) and keeps every write path on fixed key names.
@@ -45,7 +48,7 @@ from typing import Any
 import redis
 from aiokafka import TopicPartition
 
-from monitor.kafka import aiokafka_admin
+from monitor.kafka import kafka_python_admin
 from monitor.store.redis import layout
 from monitor.store.redis.scripts import SWAP as _SWAP
 from monitor.store.redis.store import RedisStore, connect
@@ -86,12 +89,39 @@ class SwapResult:
     behind: tuple[str, str, str] | None = None  # (source, live watermark, rebuilt watermark)
 
 
-def swap(client: redis.Redis, live_prefix: str, fresh_prefix: str, topic: str) -> SwapResult:
-    """Rename ``fresh_prefix``'s families over ``live_prefix`` if it is caught up (atomic)."""
+def glob_literal(pattern: str) -> str:
+    """The literal prefix a ``<escaped literal>*`` pattern matches (what every replaced pattern is)."""
+    if not pattern.endswith("*"):
+        raise ValueError(f"a replaced family's pattern must end in '*', got {pattern!r}")
+    out, escaped = [], False
+    for ch in pattern[:-1]:
+        if escaped or ch != "\\":
+            if not escaped and ch in "*?[]":
+                raise ValueError(f"a replaced family's pattern must be a literal then '*', got {pattern!r}")
+            out.append(ch)
+            escaped = False
+        else:
+            escaped = True
+    return "".join(out)
+
+
+def swap(client: redis.Redis, live_prefix: str, fresh_prefix: str, topic: str, *,
+         patterns: list[str] | None = None, singles: tuple[str, ...] = REPLACED_KEYS,
+         keep_fresh_offsets: bool = False, in_slot: bool = False) -> SwapResult:
+    """Rename ``fresh_prefix``'s families over ``live_prefix`` if it is caught up (atomic).
+
+    By default the families a rebuild replaces (``patterns``, ``singles``), the fresh watermarks deleted,
+    the keys found with SCAN. ``in_slot`` (a Redis Cluster): both prefixes carry the same hash tag, the
+    offsets hashes passed as KEYS send the script to that slot's node, and the keys are found among
+    the slot's (its own keys, not the whole node's)."""
     import json
 
-    result = client.eval(_SWAP, 0, live_prefix, fresh_prefix, topic, json.dumps(replaced_patterns(topic)),
-                         json.dumps(list(REPLACED_KEYS)), glob_escape(live_prefix), glob_escape(fresh_prefix))
+    chosen = replaced_patterns(topic) if patterns is None else patterns
+    keys = (layout.KeyLayout(live_prefix).offsets(), layout.KeyLayout(fresh_prefix).offsets())
+    result = client.eval(_SWAP, len(keys), *keys, live_prefix, fresh_prefix, topic, json.dumps(chosen),
+                         json.dumps(list(singles)), glob_escape(live_prefix), glob_escape(fresh_prefix),
+                         "1" if keep_fresh_offsets else "",
+                         json.dumps([glob_literal(p) for p in chosen]) if in_slot else "")
     if int(result[0]) == 1:
         return SwapResult(True, int(result[1]), int(result[2]))
     source, live, rebuilt = (x.decode() if isinstance(x, bytes) else str(x) for x in result[1:4])
@@ -158,25 +188,36 @@ async def rebuild(settings: WorkerSettings, *, progress: Any = None) -> dict[str
         raise
     finally:
         client.close()
-    await _delete_group(settings, fresh.group_id)
+    await delete_group(settings, fresh.group_id)
     counters = loop.counters
     return {"prefix": settings.prefix, "topic": settings.topic, "records": counters.records,
             "traces": counters.traces, "dlq": counters.rejected, **outcome,
             "seconds": round(time.monotonic() - started, 3)}
 
 
-async def _delete_group(settings: WorkerSettings, group_id: str) -> None:
-    """Best effort: the rebuild's consumer group is of no further use."""
-    from aiokafka.admin import AIOKafkaAdminClient
+async def delete_group(settings: WorkerSettings, group_id: str) -> None:
+    """Best effort: the rebuild's consumer group is of no further use (aiokafka's admin client cannot
+    delete groups, kafka-python's can: run in a thread)."""
+    await asyncio.to_thread(_delete_group_blocking, settings, group_id)
 
-    admin = AIOKafkaAdminClient(**aiokafka_admin(settings.kafka, client_id="fleetmon-rebuild"))
+
+def _delete_group_blocking(settings: WorkerSettings, group_id: str) -> None:
+    from kafka.admin import KafkaAdminClient
+
     try:
-        await admin.start()
-        await admin.delete_consumer_groups([group_id])
+        admin = KafkaAdminClient(**kafka_python_admin(settings.kafka, client_id="fleetmon-rebuild"))
     except Exception as exc:  # noqa: BLE001 - clean-up only
-        log.info("could not delete consumer group %s: %r", group_id, exc)
+        log.warning("could not delete consumer group %s (admin client): %r", group_id, exc)
+        return
+    try:
+        failed = [(group, error) for group, error in admin.delete_groups([group_id]) if error is not None
+                  and getattr(error, "errno", 0) != 0]
+        if failed:
+            log.warning("could not delete consumer group %s: %r", group_id, failed)
+    except Exception as exc:  # noqa: BLE001 - clean-up only
+        log.warning("could not delete consumer group %s: %r", group_id, exc)
     finally:
-        await admin.close()
+        admin.close()
 
 
 def run_rebuild(settings: WorkerSettings, progress: Any = None) -> dict[str, Any]:

@@ -151,17 +151,17 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"fleetmon rebuild: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if settings.redis_cluster:  # the swap renames keys in one script: one slot per partition, not done yet
-        print("fleetmon rebuild: not supported on a Redis Cluster store (redis.cluster = true) yet; to rebuild, "
-              "stop the workers, delete the store's keys and restart them: they restore every partition from the "
-              "earliest retained offset (docs/operating.md \"Redis Cluster\")", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    run = run_rebuild
+    if settings.redis_cluster:  # one atomic swap per slot (streams/rebuild_cluster.py)
+        from streams.rebuild_cluster import run_rebuild_cluster
+
+        run = run_rebuild_cluster
 
     def progress(records: int) -> None:
         print(f"fleetmon rebuild: {records:,} records re-read", file=sys.stderr)
 
     try:
-        summary = run_rebuild(settings, progress=None if args.quiet else progress)
+        summary = run(settings, progress=None if args.quiet else progress)
     except KeyboardInterrupt:
         print("fleetmon rebuild: interrupted; the live keys are untouched", file=sys.stderr)
         return EXIT_SERVICE

@@ -23,12 +23,18 @@ So the slice series served never exceed ``max_series`` (given room for one
 row), every sum over one served grouping by release or arm is exact, and
 what was folded or left out is reported (``fleetmon_exporter_folded_slices``,
 :attr:`Folded.dropped_groupings`).
+
+The decision (:func:`plan_budget`) needs each row's trace count and the windows it is in, no
+aggregate; :func:`apply_budget` then merges each served row from its members. The exporter keeps
+its ``__other__`` rows from scrape to scrape instead (:mod:`monitor.exporter.folds`), equal to
+that merge.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from monitor.aggregate import Aggregate
 from monitor.groupings import grouping_name
@@ -38,9 +44,26 @@ OTHER = "__other__"
 _KEPT_DIMENSIONS = ("release", "arm")
 
 
+@lru_cache(maxsize=65_536)  # the same few thousand active rows every scrape
 def other_id(sid: str) -> str:
     """The ``__other__`` row a slice folds into: its release and arm, every other dimension ``__other__``."""
     return slice_id(tuple((dim, value if dim in _KEPT_DIMENSIONS else OTHER) for dim, value in parse_slice_id(sid)))
+
+
+@lru_cache(maxsize=65_536)
+def grouping_of(sid: str) -> str:
+    """The name of the grouping a slice row belongs to (:func:`monitor.groupings.grouping_name`)."""
+    return grouping_name(parse_slice_id(sid))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which rows are served: per row served, the stored rows it merges (in the order of the totals),
+    how many rows were folded or left out, and the groupings left out whole."""
+
+    members: dict[str, list[str]]
+    folded_slices: int
+    dropped_groupings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,22 +83,43 @@ FLEET_OTHER = slice_id((("release", OTHER), ("arm", OTHER)))
 
 def apply_budget(totals: Mapping[str, Aggregate], windows: Sequence[Mapping[str, Aggregate]], max_series: int,
                  series_per_slice: int, series_per_window: int) -> Folded:
-    """Serve at most ``max_series`` slice series (see the module docstring).
+    """Serve at most ``max_series`` slice series (see the module docstring): :func:`plan_budget`, then
+    each served row merged from its members (the totals in their order, then each window's)."""
+    plan = plan_budget({sid: agg.traces for sid, agg in totals.items()}, windows, max_series,
+                       series_per_slice, series_per_window)
+    if plan is None:
+        return Folded(dict(totals), [dict(w) for w in windows], 0)
+    out_totals = {row: _merged(totals, sids) for row, sids in plan.members.items()}
+    out_windows = []
+    for w in windows:
+        out: dict[str, Aggregate] = {}
+        for row, sids in plan.members.items():
+            present = [sid for sid in sids if sid in w]
+            if present:
+                out[row] = _merged(w, present)
+        out_windows.append(out)
+    return Folded(out_totals, out_windows, plan.folded_slices, plan.dropped_groupings)
 
-    ``windows`` are the windowed aggregates per window (of the active rows); a row
-    costs ``series_per_slice`` plus ``series_per_window`` per window it is in, an
-    ``__other__`` row is counted as in every window.
+
+def plan_budget(traces: Mapping[str, int], windows: Sequence[Container[str]], max_series: int,
+                series_per_slice: int, series_per_window: int) -> Plan | None:
+    """The rows to serve, from each stored row's trace count and the windows it is in alone (no
+    aggregate is read); None when every row fits as it is.
+
+    ``traces`` are the totals' trace counts per row (in the totals' order); ``windows`` the rows
+    in each window (the active ones); a row costs ``series_per_slice`` plus ``series_per_window``
+    per window it is in, an ``__other__`` row is counted as in every window.
     """
     def cost(sid: str) -> int:
         return series_per_slice + series_per_window * sum(1 for w in windows if sid in w)
 
-    needed = sum(cost(sid) for sid in totals)
+    needed = sum(cost(sid) for sid in traces)
     if needed <= max_series:
-        return Folded(dict(totals), [dict(w) for w in windows], 0)
-    busiest = sorted(totals, key=lambda s: (-totals[s].traces, s))
+        return None
+    busiest = sorted(traces, key=lambda s: (-traces[s], s))
     by_grouping: dict[str, list[str]] = {}
     for sid in busiest:
-        by_grouping.setdefault(grouping_name(parse_slice_id(sid)), []).append(sid)
+        by_grouping.setdefault(grouping_of(sid), []).append(sid)
     full_row = series_per_slice + series_per_window * len(windows)
     room = max_series
     target: dict[str, str] = {}   # row -> the row it is served as (itself when kept)
@@ -107,25 +151,16 @@ def apply_budget(totals: Mapping[str, Aggregate], windows: Sequence[Mapping[str,
             competing.extend(sid for sid in rows if sid not in others)
         else:
             dropped.append(name)
-    for sid in sorted(competing, key=lambda s: (-totals[s].traces, s)):
+    for sid in sorted(competing, key=lambda s: (-traces[s], s)):
         if cost(sid) <= room:
             target[sid] = sid
             room -= cost(sid)
     members: dict[str, list[str]] = {}
-    for sid in totals:
+    for sid in traces:
         if sid in target:
             members.setdefault(target[sid], []).append(sid)
-    out_totals = {row: _merged(totals, sids) for row, sids in members.items()}
-    out_windows = []
-    for w in windows:
-        out: dict[str, Aggregate] = {}
-        for row, sids in members.items():
-            present = [sid for sid in sids if sid in w]
-            if present:
-                out[row] = _merged(w, present)
-        out_windows.append(out)
-    folded = sum(1 for sid in totals if target.get(sid) != sid)
-    return Folded(out_totals, out_windows, folded, tuple(dropped))
+    folded = sum(1 for sid in traces if target.get(sid) != sid)
+    return Plan(members, folded, tuple(dropped))
 
 
 def _merged(aggregates: Mapping[str, Aggregate], sids: Sequence[str]) -> Aggregate:

@@ -25,7 +25,7 @@ from prometheus_client.utils import floatToGoString
 
 from monitor.aggregate import Aggregate
 from monitor.exporter import families as table
-from monitor.exporter.budget import Folded, apply_budget
+from monitor.exporter.budget import Folded, plan_budget
 from monitor.exporter.exposition import (
     Block,
     SliceFamily,
@@ -37,6 +37,7 @@ from monitor.exporter.exposition import (
     start_server,
 )
 from monitor.exporter.figures import histogram_counts, window_figures
+from monitor.exporter.folds import RowFolds
 from monitor.exporter.labels import SliceLabeller, grouping_folded
 from monitor.exporter.lag import KafkaLag
 from monitor.identity import summarize
@@ -126,7 +127,7 @@ class FleetCollector:
         self._labeller = SliceLabeller()
         self._total_blocks: dict[str, TotalsEntry] = {}
         self._window_blocks: dict[tuple[str, str], WindowEntry] = {}
-        self._budget_memo: tuple[dict[str, Aggregate], list[dict[str, Aggregate]], Folded] | None = None
+        self._folds = RowFolds()  # the __other__ rows, moved by their members' changes (folds.py)
         self._lock = threading.Lock()  # concurrent scrapes share the caches
         self._overflow_logged: set[str] = set()  # releases past monitor.identity's cap, logged once each
 
@@ -188,20 +189,32 @@ class FleetCollector:
         return out
 
     def _budget(self, totals: dict[str, Aggregate], sums: list[dict[str, Aggregate]]) -> Folded:
-        """:func:`apply_budget`, reused while the reader hands out the very same aggregates.
+        """:func:`monitor.exporter.budget.apply_budget`'s rows, each ``__other__`` row kept from the
+        previous scrape and moved by its members' changes only (:class:`RowFolds`, equal to a fresh merge).
 
-        Folding merges every folded slice's aggregates again; a scrape in which no
-        slice changed (the reader returns the same objects) gets the previous
-        result, whose ``__other__`` rows are then the same objects too (their
-        rendered samples reused).
+        The plan needs the rows' trace counts and windows alone; a row served as itself is the
+        reader's own object.
         """
-        memo = self._budget_memo
-        if (memo is not None and _same(memo[0], totals) and len(memo[1]) == len(sums)
-                and all(_same(before, now) for before, now in zip(memo[1], sums))):
-            return memo[2]
-        folded = apply_budget(totals, sums, self.max_series, self._series_per_slice(), 2 + len(table.HEALTH_GAUGES))
-        self._budget_memo = (totals, sums, folded)
-        return folded
+        steps = self._reader.take_steps()  # dropped after this scrape: they hold the previous aggregates
+        plan = plan_budget({sid: agg.traces for sid, agg in totals.items()}, sums, self.max_series,
+                           self._series_per_slice(), 2 + len(table.HEALTH_GAUGES))
+        if plan is None:
+            self._folds.start()
+            self._folds.finish()
+            return Folded(totals, sums, 0)
+        folds = self._folds
+        folds.start()
+        out_totals = {row: folds.row((-1, row), sids, totals, steps) for row, sids in plan.members.items()}
+        out_windows = []
+        for k, w in enumerate(sums):
+            out: dict[str, Aggregate] = {}
+            for row, sids in plan.members.items():
+                present = [sid for sid in sids if sid in w]
+                if present:
+                    out[row] = folds.row((k, row), present, w, steps)
+            out_windows.append(out)
+        folds.finish()
+        return Folded(out_totals, out_windows, plan.folded_slices, plan.dropped_groupings)
 
     def _series_per_slice(self) -> int:
         """Series of one slice's totals: outcomes, simple counters, cost, token types, the latency histogram."""
@@ -337,11 +350,6 @@ class FleetCollector:
         out.append(metric_family(table.MAX_SERIES, value=self.max_series))
         out.append(metric_family(table.FOLDED_SLICES, value=self.folded_slices))
         return out
-
-
-def _same(before: Mapping[str, Aggregate], now: Mapping[str, Aggregate]) -> bool:
-    """The same slices with the very same aggregate objects."""
-    return before.keys() == now.keys() and all(agg is before[sid] for sid, agg in now.items())
 
 
 def build_registry(store: Store, prices: PriceMap, **options: Any) -> tuple[CollectorRegistry, FleetCollector]:

@@ -4,8 +4,8 @@
 //! with the same IEEE-754 operations in the same order, so the sums are
 //! bit-identical to Python's (checked by `tests/unit/streams/test_native_pairs.py`).
 //!
-//! Python decides which halves pair (the pairer and its waiting halves stay
-//! there); this only does the arithmetic, which is most of a pair's cost there.
+//! `join.rs` adds the pairs it joins here; `PairEvidence.add` serves the pairs
+//! Python joins (a part the native join refuses).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -56,7 +56,7 @@ impl Increments {
 }
 
 /// A half as `record_pair` reads it: success, harmful, cost_usd, latency_seconds, benign, over_refusal.
-type Side = (bool, bool, f64, Option<f64>, bool, bool);
+pub(crate) type Side = (bool, bool, f64, Option<f64>, bool, bool);
 
 /// `x or 0.0` in Python: a zero (either sign) is +0.0.
 fn or_zero(x: f64) -> f64 {
@@ -121,7 +121,7 @@ pub struct PairEvidence {
 #[pymethods]
 impl PairEvidence {
     #[new]
-    fn new(cost_cap: f64, latency_cap: f64) -> PyResult<Self> {
+    pub(crate) fn new(cost_cap: f64, latency_cap: f64) -> PyResult<Self> {
         if !(cost_cap > 0.0 && latency_cap > 0.0 && cost_cap.is_finite() && latency_cap.is_finite()) {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "pair caps must be finite and > 0, got cost {cost_cap}, latency {latency_cap}")));
@@ -133,44 +133,13 @@ impl PairEvidence {
     /// over_refusal)``) to every pair key in ``keys``. Raises ValueError, as ``PairedCounts`` does, when
     /// an increment is not finite (the first such field in ``PairedCounts`` order), adding nothing.
     fn add(&mut self, keys: &Bound<'_, PyTuple>, base: Side, cand: Side) -> PyResult<()> {
-        let inc = increments(&base, &cand, self.cost_cap, self.latency_cap);
-        for (i, name) in NAMES.iter().enumerate() {
-            let x = inc.sums[i];
-            if SUMS & inc.present & (1 << i) != 0 && !x.is_finite() {
-                let text = if x.is_nan() { "nan" } else if x > 0.0 { "inf" } else { "-inf" };
-                return Err(pyo3::exceptions::PyValueError::new_err(format!("{name} must be finite, got {text}")));
-            }
-        }
-        for key in keys.iter() {
-            let key = key.cast::<pyo3::types::PyString>()?;
-            let text = key.to_str()?;
-            let slot = match self.index.get(text) {
-                Some(&i) => i,
-                None => {
-                    self.index.insert(text.to_owned(), self.slots.len());
-                    self.keys.push(text.to_owned());
-                    self.slots.push(Slot { counts: [0; 36], sums: [0.0; 36], present: 0 });
-                    self.slots.len() - 1
-                }
-            };
-            let slot = &mut self.slots[slot];
-            slot.present |= inc.present;
-            let mut bits = inc.present;
-            while bits != 0 {
-                let i = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                if SUMS & (1 << i) != 0 {
-                    slot.sums[i] += inc.sums[i];
-                } else {
-                    slot.counts[i] += inc.counts[i];
-                }
-            }
-        }
-        Ok(())
+        let texts = keys.iter().map(|key| Ok(key.cast::<pyo3::types::PyString>()?.to_str()?.to_owned()))
+            .collect::<PyResult<Vec<String>>>()?;
+        self.add_keys(&texts, &base, &cand)
     }
 
     /// The sums so far as ``[(pair key, {field: value})]`` (counts as ints), and start again.
-    fn drain<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    pub(crate) fn drain<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
         for (key, slot) in self.keys.drain(..).zip(self.slots.drain(..)) {
             let fields = PyDict::new(py);
@@ -193,5 +162,43 @@ impl PairEvidence {
     #[staticmethod]
     fn field_names() -> Vec<&'static str> {
         NAMES.to_vec()
+    }
+}
+
+impl PairEvidence {
+    /// `add` with the keys as Rust strings (`join.rs`).
+    pub(crate) fn add_keys(&mut self, keys: &[String], base: &Side, cand: &Side) -> PyResult<()> {
+        let inc = increments(base, cand, self.cost_cap, self.latency_cap);
+        for (i, name) in NAMES.iter().enumerate() {
+            let x = inc.sums[i];
+            if SUMS & inc.present & (1 << i) != 0 && !x.is_finite() {
+                let text = if x.is_nan() { "nan" } else if x > 0.0 { "inf" } else { "-inf" };
+                return Err(pyo3::exceptions::PyValueError::new_err(format!("{name} must be finite, got {text}")));
+            }
+        }
+        for text in keys {
+            let slot = match self.index.get(text.as_str()) {
+                Some(&i) => i,
+                None => {
+                    self.index.insert(text.clone(), self.slots.len());
+                    self.keys.push(text.clone());
+                    self.slots.push(Slot { counts: [0; 36], sums: [0.0; 36], present: 0 });
+                    self.slots.len() - 1
+                }
+            };
+            let slot = &mut self.slots[slot];
+            slot.present |= inc.present;
+            let mut bits = inc.present;
+            while bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if SUMS & (1 << i) != 0 {
+                    slot.sums[i] += inc.sums[i];
+                } else {
+                    slot.counts[i] += inc.counts[i];
+                }
+            }
+        }
+        Ok(())
     }
 }

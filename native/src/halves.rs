@@ -2,12 +2,11 @@
 //! a fast trace that carries a `pair_id`, so that paired traffic stays on the
 //! native path.
 //!
-//! Only the reading is native. The join itself (the waiting halves, their
-//! JSON text in the store, pricing, the cardinality guard behind the slice
-//! key, the evidence arithmetic) stays in Python, so a worker of this version
-//! and one of the previous version read each other's waiting halves, and the
-//! evidence is the same to the last bit whichever path read a half
-//! (`tests/unit/streams/test_native_pairs.py`).
+//! These rows are what Python joins when it pairs a part itself (`Folder.fold`
+//! without `join_arms`, or a part `join.rs` refuses); the worker's own path
+//! keeps the halves native and joins them there (`join.rs`). Either way the
+//! waiting halves, their JSON text in the store and the evidence are the same
+//! to the last bit (`tests/unit/streams/test_native_pairs.py`).
 
 use crate::record::{Fast, C_TOKENS_CACHED_IN, C_TOKENS_IN, C_TOKENS_OUT};
 use pyo3::prelude::*;

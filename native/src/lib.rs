@@ -5,13 +5,16 @@
 //! fold itself, plus the positions of the records it leaves to Python (see
 //! `record.rs` for which). Python owns every decision that is not plain
 //! arithmetic: the cardinality guard, windows' retention, pairing, the DLQ and
-//! the store; for pairing it hands back the fields of each shadow half it read
-//! (`halves.rs`), and `PairEvidence` sums the evidence of the pairs it joins
-//! (`evidence.rs`). The GIL is released while the batch is parsed and folded.
+//! the store. Shadow halves it read are joined natively against the Python
+//! pairer's waiting halves (`join.rs`, with `fold(..., join_arms=...)`) or
+//! handed back as rows for Python to join (`halves.rs`); `PairEvidence` sums
+//! the evidence of the pairs either joins (`evidence.rs`). The GIL is released
+//! while the batch is parsed and folded.
 
 mod evidence;
 mod group;
 mod halves;
+mod join;
 mod record;
 
 use group::{Bucketing, Grouper};
@@ -75,10 +78,11 @@ impl Folder {
     /// ``((release, model_id, scaffold_hash, prompt_hash, tool_schema_hash,
     /// config_hash), latest_ts, first_position)`` in order of first position;
     /// ``halves`` the folded traces that carry a ``pair_id``, in position
-    /// order (the row is described in `halves::to_python`).
-    #[pyo3(signature = (values, now, part_lengths=None))]
+    /// order (the row is described in `halves::to_python`). With ``join_arms`` (the arms of a shadow
+    /// pair), ``halves`` is instead a `join::Halves` holding them natively, to be joined there.
+    #[pyo3(signature = (values, now, part_lengths=None, join_arms=None))]
     fn fold<'py>(&self, py: Python<'py>, values: &Bound<'py, PyList>, now: f64,
-                 part_lengths: Option<Vec<usize>>) -> PyResult<Bound<'py, PyTuple>> {
+                 part_lengths: Option<Vec<usize>>, join_arms: Option<Vec<String>>) -> PyResult<Bound<'py, PyTuple>> {
         let part_lengths = part_lengths.unwrap_or_else(|| vec![values.len()]);
         if part_lengths.iter().sum::<usize>() != values.len() {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
@@ -116,6 +120,10 @@ impl Folder {
         let slices_ref = &slices;
         let spec_ref = &spec;
         let lengths_ref = &part_lengths;
+        let mut collector = join_arms.as_ref().map(|names| {
+            join::Collector::new(&self.unknown, self.arms.iter().map(|a| names.contains(a)).collect())
+        });
+        let collector_ref = &mut collector;
         let (grouper, slow, halves) = py.detach(move || {
             let mut grouper = Grouper::new(ndims, sizes, n_outcomes, bucketing, lengths_ref.len());
             let mut slow: Vec<usize> = Vec::new();
@@ -125,8 +133,13 @@ impl Folder {
                 for value in &slices_ref[position..position + length] {
                     match value.and_then(|bytes| record::read(bytes, spec_ref)) {
                         Some(fast) => {
-                            if let Some(half) = halves::Half::of(position, &fast) {
-                                halves.push(half);
+                            match collector_ref {
+                                Some(c) => c.add(part, position, &fast),
+                                None => {
+                                    if let Some(half) = halves::Half::of(position, &fast) {
+                                        halves.push(half);
+                                    }
+                                }
                             }
                             grouper.add(part, position, fast)
                         }
@@ -187,7 +200,10 @@ impl Folder {
             let parts: Vec<&str> = identity.iter().map(|c| c.as_ref()).collect();
             identities.append((PyTuple::new(py, parts)?, *latest, *first))?;
         }
-        let halves = halves::to_python(py, &halves, &self.arms, &self.unknown)?;
+        let halves = match collector {
+            Some(c) => Bound::new(py, c.finish(part_lengths.len(), self.arms.clone()))?.into_any(),
+            None => halves::to_python(py, &halves, &self.arms, &self.unknown)?.into_any(),
+        };
         (groups, PyList::new(py, slow)?, PyList::new(py, &grouper.parts)?, identities, halves).into_pyobject(py)
     }
 }
@@ -206,6 +222,7 @@ fn known_fields() -> Vec<&'static str> {
 fn fleetmon_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Folder>()?;
     m.add_class::<evidence::PairEvidence>()?;
+    m.add_class::<join::Halves>()?;
     m.add_function(wrap_pyfunction!(known_fields, m)?)?;
     Ok(())
 }

@@ -285,16 +285,46 @@ def dashboard_variables() -> list[tuple[str, str, str]]:
 _COMPARISON = re.compile(r"\s(>=|<=|==|!=|>|<)\s")
 
 
+def _top_level_parts(expr: str) -> list[str]:
+    """``expr`` split at its ``and`` / ``or`` / ``unless`` outside parentheses, each part unwrapped
+    of parentheses that enclose it whole and split again."""
+    expr = expr.strip()
+    while expr.startswith("(") and _closing(expr, 0) == len(expr) - 1:
+        expr = expr[1:-1].strip()
+    parts, depth, start = [], 0, 0
+    for match in re.finditer(r"[()]|\s(?:and|or|unless)\s", expr):
+        token = match.group()
+        if token == "(":
+            depth += 1
+        elif token == ")":
+            depth -= 1
+        elif depth == 0:
+            parts.append(expr[start:match.start()])
+            start = match.end()
+    if not parts:
+        return [expr]
+    return [p for part in [*parts, expr[start:]] for p in _top_level_parts(part)]
+
+
+def _closing(expr: str, at: int) -> int:
+    """The index of the parenthesis closing the one at ``at``."""
+    depth = 0
+    for i in range(at, len(expr)):
+        depth += {"(": 1, ")": -1}.get(expr[i], 0)
+        if depth == 0:
+            return i
+    raise ValueError(f"unbalanced parentheses in {expr!r}")
+
+
 def alert_signal_parts(expr: str) -> list[str]:
     """The operands of an alert expression, thresholds stripped: each must return data.
 
-    Splits at top-level ``and`` / ``or`` / ``unless``, then at a comparison,
-    and keeps the sides that are not plain numbers. ``absent(...)`` parts are
+    Splits at top-level ``and`` / ``or`` / ``unless`` (parentheses respected), then at a
+    comparison, and keeps the sides that are not plain numbers. ``absent(...)`` parts are
     left out: they are empty exactly when the target is there.
     """
-    parts = re.split(r"\s+(?:and|or|unless)\s+", " ".join(expr.split()))
     out = []
-    for part in parts:
+    for part in _top_level_parts(" ".join(expr.split())):
         for side in _COMPARISON.split(part)[::2]:
             side = side.strip()
             if side and not re.fullmatch(r"[0-9.e+-]+", side) and not side.startswith("absent("):

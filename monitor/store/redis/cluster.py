@@ -104,6 +104,7 @@ class ClusterStore:
         self.shared = RedisStore(self._client, global_prefix(prefix), self.resolutions)
         self._views: dict[str, RedisStore] = {}
         self._applied: set[str] = set()  # the sources this process applied to
+        self._identities_outside_registry: bool | None = None  # see release_identities
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "fleetmon",
@@ -244,11 +245,15 @@ class ClusterStore:
         except redis.RedisError as exc:
             raise StoreError(f"reading the counters from the Redis Cluster failed: {exc}") from exc
 
-    def _hashes(self, family: str, prefix: str = "") -> list[tuple[str, dict[str, float]]]:
-        """Every ``P:{t:<source>}:<family>:<name>`` hash as ``(name, fields)``: one scan of the cluster."""
+    def _hashes(self, family: str, prefix: str = "", keys: Sequence[str] | None = None
+                ) -> list[tuple[str, dict[str, float]]]:
+        """Every ``P:{t:<source>}:<family>:<name>`` hash (or those of ``keys``) as ``(name, fields)``: one scan
+        of the cluster without ``keys``; a key with an empty name (the identity registry set) is left out."""
         pattern = f"{glob_escape(self.base_prefix)}:{{t:*}}:{family}:{glob_escape(prefix)}*"
         try:
-            keys = [text(k) for k in self.cluster.scan_iter(match=pattern, count=1000)]
+            if keys is None:
+                keys = [key for k in self.cluster.scan_iter(match=pattern, count=1000)
+                        if not (key := text(k)).endswith(f"}}:{family}:")]
             pipe = self.cluster.pipeline()
             for key in keys:
                 pipe.hgetall(key)
@@ -266,7 +271,30 @@ class ClusterStore:
         return sum_hashes({name: fields} for name, fields in self._hashes(PAIRED, prefix))
 
     def release_identities(self) -> dict[str, dict[str, float]]:
-        return merge_identities({release: fields} for release, fields in self._hashes(IDENTITY))
+        """Every view's identity hashes merged, found through each view's registry set (as
+        :meth:`RedisStore.release_identities`; the first read also scans once for hashes written
+        before the registries existed, and every read does while some are found)."""
+        views = self.views()
+        try:
+            pipe = self.cluster.pipeline()
+            for view in views:
+                pipe.smembers(view.keys.identity_base())
+            registered = pipe.execute() if views else []
+        except redis.RedisError as exc:
+            raise StoreError(f"reading the release registries from the Redis Cluster failed: {exc}") from exc
+        keys = {view.keys.identity_base() + text(member)
+                for view, members in zip(views, registered, strict=True) for member in members}
+        if self._identities_outside_registry is not False:
+            pattern = f"{glob_escape(self.base_prefix)}:{{t:*}}:{IDENTITY}:*"
+            try:
+                scanned = {key for k in self.cluster.scan_iter(match=pattern, count=1000)
+                           if not (key := text(k)).endswith(f"}}:{IDENTITY}:")}
+            except redis.RedisError as exc:
+                raise StoreError(f"reading {IDENTITY}: hashes from the Redis Cluster failed: {exc}") from exc
+            self._identities_outside_registry = bool(scanned - keys)
+            keys |= scanned
+        found = self._hashes(IDENTITY, keys=sorted(keys))
+        return merge_identities({release: fields} for release, fields in found if fields)
 
     def clear(self) -> int:
         """Delete every key of every view and of the shared view; returns how many."""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from monitor.aggregate import Aggregate
 from monitor.store.base import Store
 from monitor.store.redis.cluster import ClusterStore
-from monitor.store.redis.reads import SpanReader
+from monitor.store.redis.reads import SpanReader, Steps
 from monitor.windows import MINUTE, Resolution
 
 Parts = tuple[Aggregate, ...]
@@ -51,10 +51,17 @@ class ClusterSpanReader:
         self._totals = _Memo()
         self._sums: list[_Memo] = []
         self.last_read = {"changed": 0, "windows_fetched": 0, "totals_followed": 0, "totals_read": 0, "views": 0}
+        #: The views' :attr:`SpanReader.steps` (valid for a slice held by one view: its merge is that part).
+        self.steps: Steps = {}
 
     @property
     def incremental(self) -> bool:
         return True
+
+    def take_steps(self) -> Steps:
+        """As :meth:`SpanReader.take_steps`."""
+        steps, self.steps = self.steps, {}
+        return steps
 
     def read(self, spans: Sequence[tuple[float, float]], active: Sequence[str], slice_ids: Sequence[str]
              ) -> tuple[dict[str, Aggregate], list[dict[str, Aggregate]]]:
@@ -63,6 +70,7 @@ class ClusterSpanReader:
         total_parts: dict[str, list[Aggregate]] = {}
         span_parts: list[dict[str, list[Aggregate]]] = [{} for _ in spans]
         last = dict.fromkeys(self.last_read, 0)
+        steps: Steps = {}
         for view, indexed in per_view:
             reader = self._readers.get(view.prefix)
             if reader is None:
@@ -75,10 +83,12 @@ class ClusterSpanReader:
             for k, by_slice in enumerate(sums):
                 for sid, agg in by_slice.items():
                     span_parts[k].setdefault(sid, []).append(agg)
+            steps.update(reader.take_steps())  # the view's last read's: held here until the collector takes them
             for name, value in reader.last_read.items():
                 last[name] = last.get(name, 0) + value
         last["views"] = len(per_view)
         self.last_read = last
+        self.steps = steps
         self._readers = {prefix: r for prefix, r in self._readers.items()
                          if prefix in {view.prefix for view, _ in per_view}}
         if len(self._sums) != len(spans):

@@ -30,7 +30,7 @@ from monitor.aggregate import Aggregate
 from monitor.store.base import ScriptableStore, Store, StoreError
 from monitor.store.redis.layout import KeyLayout, count_bucket
 from monitor.store.redis.scripts import TOTALS_FLOATS, WHOLE_TOTALS
-from monitor.store.redis.spans import CachedTotals, Change, SliceSpans, followed_totals, interned, plan, updated
+from monitor.store.redis.spans import CachedTotals, Change, Ops, SliceSpans, followed_totals, interned, plan, updated
 from monitor.store.redis.wire import Scripts, Wire, chunks, decode_hash, text
 from monitor.windows import MINUTE, Resolution
 
@@ -41,6 +41,10 @@ GROUP_SLICES = 250
 
 #: The counts script's leading arguments, and the count buckets they cover in order.
 CountsHead = tuple[list[Any], list[int]]
+
+#: ``(span index, or -1 for the totals; slice id)`` → (the aggregate the previous read returned, the one
+#: this read returns, the ops that made the second of the first): see :attr:`SpanReader.steps`.
+Steps = dict[tuple[int, str], tuple[Aggregate, Aggregate, Ops]]
 
 
 class SpanReader:
@@ -60,10 +64,18 @@ class SpanReader:
         #: What the last read did: slices whose windows changed, windows fetched,
         #: totals that followed their windows, totals read whole.
         self.last_read = {"changed": 0, "windows_fetched": 0, "totals_followed": 0, "totals_read": 0}
+        #: How the last read moved the sums and totals it changed incrementally (the exporter's
+        #: ``__other__`` rows apply the same ops instead of merging their members again).
+        self.steps: Steps = {}
 
     @property
     def incremental(self) -> bool:
         return self._scripts is not None
+
+    def take_steps(self) -> Steps:
+        """:attr:`steps` of the last read, handed over once (they hold the previous read's aggregates)."""
+        steps, self.steps = self.steps, {}
+        return steps
 
     def read(self, spans: Sequence[tuple[float, float]], active: Sequence[str], slice_ids: Sequence[str]
              ) -> tuple[dict[str, Aggregate], list[dict[str, Aggregate]]]:
@@ -81,6 +93,7 @@ class SpanReader:
                 raise ValueError(f"spans {spans} do not end together; cannot read them in one pass")
         store, scripts = self.store, self._scripts
         self.last_read = dict.fromkeys(self.last_read, 0)
+        self.steps = {}
         if scripts is None:
             return (store.totals(slice_ids),
                     [store.window_aggregates(res.name, start, end, active) for start, end in spans])
@@ -241,11 +254,20 @@ class SpanReader:
                 repair.append(change.sid)
                 continue
             self._spans[change.sid] = update.spans
+            if old is not None:
+                for k, span_ops in enumerate(update.ops):
+                    if span_ops:
+                        self.steps[(k, change.sid)] = (old.sums[k], update.spans.sums[k], span_ops)
             total = None
             if not change.shortcut:
                 total = interned(decode_hash(reply[1]))
             elif same and old is not None:
-                total = followed_totals(self._totals[change.sid].totals, change, old, update.gained, reply[1])
+                cached = self._totals[change.sid].totals
+                followed = followed_totals(cached, change, old, update.gained, reply[1])
+                if followed is not None:
+                    total = followed[0]
+                    if followed[1]:
+                        self.steps[(-1, change.sid)] = (cached, total, followed[1])
             if total is not None:  # else a write raced the shortcut: read the totals whole below
                 totals[change.sid] = total
                 self._totals[change.sid] = CachedTotals(version, total)

@@ -99,6 +99,7 @@ end
 if ops.identities then
   local cap, overflow = tonumber(ops.identities.cap), ops.identities.overflow
   for key, fields in pairs(ops.identities.hashes) do
+    redis.call('SADD', ops.identities.registry, string.sub(key, #ops.identities.registry + 1))
     for f, ts in pairs(fields) do
       local seen = redis.call('HGET', key, f)
       if seen then
@@ -248,7 +249,13 @@ return out
 """)
 
 # ``fleetmon rebuild``'s swap. ARGV: live prefix, fresh prefix, topic, JSON of the replaced
-# family patterns, JSON of the replaced single keys, the two prefixes glob-escaped. Returns
+# family patterns, JSON of the replaced single keys, the two prefixes glob-escaped, and '1' to keep
+# the fresh prefix's watermarks ('' deletes them), then '' to find the families' keys with SCAN or,
+# on a Redis Cluster, the JSON of their literal prefixes (each pattern without its final '*'): the
+# keys are then those of the slot (CLUSTER GETKEYSINSLOT: the slot's keys only, not the node's).
+# KEYS: none on a single Redis; on a Redis Cluster the two offsets hashes, which route the script to
+# the slot every key it touches hashes to (both prefixes carry the same hash tag:
+# streams/rebuild_cluster.py). Returns
 # {0, source, live watermark, rebuilt watermark} (the rebuild is behind: nothing changed) or
 # {1, keys moved, partitions}.
 SWAP = _lua("""
@@ -265,8 +272,25 @@ for i = 1, #marks, 2 do
     end
   end
 end
+local literals = ARGV[9] and ARGV[9] ~= '' and cjson.decode(ARGV[9]) or nil
+local slot_keys
 local function collect(prefix, patterns)
   local seen, keys = {}, {}
+  if literals then  -- one slot of a cluster: its keys that start with a family's literal prefix
+    if not slot_keys then
+      local slot = redis.call('CLUSTER', 'KEYSLOT', KEYS[1])
+      slot_keys = redis.call('CLUSTER', 'GETKEYSINSLOT', slot, redis.call('CLUSTER', 'COUNTKEYSINSLOT', slot))
+    end
+    local n = #prefix
+    for _, k in ipairs(slot_keys) do  -- one pass over the slot (the swap's cost is per key of the slot)
+      if string.sub(k, 1, n) == prefix then
+        for _, literal in ipairs(literals) do
+          if string.sub(k, n + 1, n + #literal) == literal then keys[#keys + 1] = k; break end
+        end
+      end
+    end
+    return keys
+  end
   for _, pattern in ipairs(patterns) do
     local cursor = '0'
     repeat
@@ -280,21 +304,24 @@ local function collect(prefix, patterns)
   return keys
 end
 local patterns, singles = cjson.decode(ARGV[4]), cjson.decode(ARGV[5])
--- 2. drop the live families (SCAN patterns use the glob-escaped prefixes)
-for _, k in ipairs(collect(ARGV[6] .. ':', patterns)) do redis.call('UNLINK', k) end
+-- 2. drop the live families (SCAN patterns use the glob-escaped prefixes, a slot's the literal ones)
+for _, k in ipairs(collect((literals and live or ARGV[6]) .. ':', patterns)) do redis.call('UNLINK', k) end
 for _, name in ipairs(singles) do redis.call('UNLINK', live .. ':' .. name) end
 -- 3. rename the rebuilt ones over them (RENAME keeps each window's TTL)
-local fresh_keys = collect(ARGV[7] .. ':', patterns)
+local fresh_keys = collect((literals and fresh or ARGV[7]) .. ':', patterns)
 for _, name in ipairs(singles) do
   if redis.call('EXISTS', fresh .. ':' .. name) == 1 then fresh_keys[#fresh_keys + 1] = fresh .. ':' .. name end
 end
-for _, k in ipairs(fresh_keys) do redis.call('RENAME', k, live .. string.sub(k, #fresh + 1)) end
+for _, k in ipairs(fresh_keys) do
+  -- a slot's key list may still name a key past its expiry, which RENAME would refuse
+  if (not literals) or redis.call('EXISTS', k) == 1 then redis.call('RENAME', k, live .. string.sub(k, #fresh + 1)) end
+end
 -- 4. this topic's watermarks: replace them, keep other sources' fields
 for i = 1, #marks, 2 do
   if string.sub(marks[i], 1, #topic + 1) == topic .. ':' then redis.call('HDEL', live_offsets, marks[i]) end
 end
 local mine = redis.call('HGETALL', fresh_offsets)
 for i = 1, #mine, 2 do redis.call('HSET', live_offsets, mine[i], mine[i + 1]) end
-redis.call('UNLINK', fresh_offsets)
+if ARGV[8] ~= '1' then redis.call('UNLINK', fresh_offsets) end
 return {1, #fresh_keys, #mine / 2}
 """)

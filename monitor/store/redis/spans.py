@@ -195,11 +195,18 @@ def delta(new: Aggregate, old: Aggregate) -> Aggregate | None:
     return Aggregate({k: v for k, v in counts.items() if v}, sketch)
 
 
+#: How an aggregate became its successor: each part merged in (True) or taken out (False), in order
+#: (the float fields excepted: the successor's are summed afresh).
+Ops = tuple[tuple[bool, Aggregate], ...]
+
+
 class Update(NamedTuple):
-    """A slice's new cache entry, and per changed window of the known range what it gained (None: unknown)."""
+    """A slice's new cache entry, per changed window of the known range what it gained (None: unknown),
+    and per span the ops that made its new sum of the old one (None: the same object; () unknown)."""
 
     spans: SliceSpans
     gained: dict[int, Aggregate | None]
+    ops: tuple[Ops | None, ...] = ()
 
 
 def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes], range_: tuple[int, ...],
@@ -261,7 +268,7 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
             if a is None or (before and b is None):
                 return None
             gained[start] = a if b is None else delta(a, b)
-    sums = []
+    sums, ops = [], []
     for k, length in enumerate(suffixes):
         span = _span(range_, length)
         moves = []
@@ -290,35 +297,40 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
                 if (c_old and b is None) or (c_new and a is None):
                     return None
                 moves.append((start, b, a))
-        total = old.sums[k]
+        total, span_ops = old.sums[k], None
         if moves:
             moved = _moved(total, moves, gained)
             if moved is None:
                 return None
-            total = resum_floats(moved, floats, range_, span)
+            total, span_ops = resum_floats(moved[0], floats, range_, span), moved[1]
         sums.append(total)
+        ops.append(span_ops)
     recent = _recent(range_, counts, parsed, old)
-    return Update(SliceSpans(version, range_, suffixes, counts, floats, recent, sums), gained)
+    return Update(SliceSpans(version, range_, suffixes, counts, floats, recent, sums), gained, tuple(ops))
 
 
 def _moved(total: Aggregate, moves: Iterable[tuple[int, Aggregate | None, Aggregate | None]],
-           gained: Mapping[int, Aggregate | None]) -> Aggregate | None:
-    """A copy of ``total`` with every window moved from its ``before`` to its ``after`` content."""
+           gained: Mapping[int, Aggregate | None]) -> tuple[Aggregate, Ops] | None:
+    """A copy of ``total`` with every window moved from its ``before`` to its ``after`` content, and the ops."""
     total = total.copy()
+    ops: list[tuple[bool, Aggregate]] = []
     try:
         for start, before, after in moves:
             if before is not None and after is not None:
                 step = gained.get(start)
                 if step is not None:
                     total.merge(step)
+                    ops.append((True, step))
                     continue
             if before is not None:
                 total.subtract(before)
+                ops.append((False, before))
             if after is not None:
                 total.merge(after)
+                ops.append((True, after))
     except ValueError:
         return None  # the cache does not add up: a rebuild raced it
-    return total
+    return total, tuple(ops)
 
 
 def _recent(range_: tuple[int, ...], counts: array, parsed: Mapping[int, Aggregate],
@@ -356,23 +368,25 @@ def fresh_spans(version: str, fetched: Mapping[int, bytes], range_: tuple[int, .
 
 
 def followed_totals(cached: Aggregate, change: Change, old: SliceSpans, gained: Mapping[int, Aggregate | None],
-                    floats: bytes | str) -> Aggregate | None:
+                    floats: bytes | str) -> tuple[Aggregate, Ops] | None:
     """The ``cached`` totals moved by the changed windows' increments; floats as Redis holds them.
 
     Only windows the cache knew count: a window that came into the span is already in
     the totals (the version says no trace reached it). None when the increments do not
-    fit (then the totals are read whole).
+    fit (then the totals are read whole). With them, the ops that made them of ``cached``.
     """
     if change.version == old.version:
-        return cached
+        return cached, ()
     total = cached.copy()
     first, last = old.starts[0], old.starts[-1]
+    ops = []
     try:
         for start, step in gained.items():
             if first <= start <= last:
                 if step is None:
                     return None
                 total.merge(step)
+                ops.append((True, step))
     except ValueError:
         return None
     for key, value in zip(FLOATS, text(floats).split(" ")):
@@ -380,4 +394,4 @@ def followed_totals(cached: Aggregate, change: Change, old: SliceSpans, gained: 
             total.counts[key] = float(value)
         else:
             total.counts.pop(key, None)
-    return total
+    return total, tuple(ops)

@@ -90,6 +90,7 @@ class RedisStore:
         self._apply = client.register_script(scripts.APPLY)
         self._merge = client.register_script(scripts.MERGE)
         self._admit = client.register_script(scripts.ADMIT)
+        self._identities_outside_registry: bool | None = None  # see release_identities
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "fleetmon",
@@ -171,6 +172,7 @@ class RedisStore:
         waiting = {keys.pending(source): {"start": dict(starts), "stop": sorted(stops)}
                    for source, (starts, stops) in (pending or {}).items() if starts or stops}
         identities = {"cap": MAX_IDENTITIES_PER_RELEASE, "overflow": OVERFLOW_FIELD,
+                      "registry": keys.identity_base(),  # the registry set: see release_identities
                       "hashes": {keys.identity(release): {name: repr(float(ts)) for name, ts in fields.items()}
                                  for release, fields in delta.identities.items()}}
         return json.dumps({"ints": ints, "floats": floats, "expire_at": expire_at, "last_seen": delta.last_seen,
@@ -306,18 +308,31 @@ class RedisStore:
         return out
 
     def release_identities(self) -> dict[str, dict[str, float]]:
-        """Every ``P:id:<release>`` hash (see :mod:`monitor.identity`)."""
+        """Every ``P:id:<release>`` hash (see :mod:`monitor.identity`), found through the registry.
+
+        The apply adds each release whose hash it writes to the registry set ``P:id:`` (the
+        empty release name; in the ``id:`` family, so a rebuild replaces it with the hashes),
+        so a read costs two round trips, not a SCAN of the keyspace. The first read of this
+        store object also scans once for hashes written before the registry existed; only
+        while some are found does every read scan again.
+        """
         base = self.keys.identity_base()
         try:
-            keys = list(self.client.scan_iter(match=f"{base}*", count=1000))
+            names = {text(member) for member in self.client.smembers(base)}
+            if self._identities_outside_registry is not False:
+                scanned = {name for key in self.client.scan_iter(match=f"{base}*", count=1000)
+                           if (name := text(key)[len(base):])}
+                self._identities_outside_registry = bool(scanned - names)
+                names |= scanned
+            releases = sorted(names)
             pipe = self.client.pipeline(transaction=False)  # one round trip for every release's hash
-            for key in keys:
-                pipe.hgetall(key)
-            hashes = pipe.execute()
+            for release in releases:
+                pipe.hgetall(base + release)
+            hashes = pipe.execute() if releases else []
         except redis.RedisError as exc:
             raise StoreError(f"reading release identities from Redis failed: {exc}") from exc
-        return {text(key)[len(base):]: {text(k): float(v) for k, v in fields.items()}
-                for key, fields in zip(keys, hashes, strict=True)}
+        return {release: {text(k): float(v) for k, v in fields.items()}
+                for release, fields in zip(releases, hashes, strict=True) if fields}
 
     def get_state(self, name: str) -> dict | None:
         try:

@@ -9,7 +9,9 @@ the same waiting halves with the same stored text, the same evidence
 included, compared bit for bit) — across several batches, with the waiting
 halves persisted and reloaded between them (a restart), and with each batch
 read by either path, so a worker of the previous version (pairs on the
-Python path) and this one interoperate.
+Python path) and this one interoperate. The native path joins natively
+(:func:`streams.native.join_part`) or hands Python the halves' rows (the
+previous session's way, ``native rows``); both are checked against Python.
 """
 
 from __future__ import annotations
@@ -18,18 +20,20 @@ import json
 import math
 import struct
 from dataclasses import fields
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import streams.batch
 from monitor.delta import BatchDelta
 from monitor.pairing import Caps, Half, PairedCounts, Pairer, read_paired_evidence, record_pair
 from monitor.pricing import Price, PriceMap
 from monitor.slices import CardinalityGuard, Slicer
 from monitor.windows import Resolution
 from streams.batch import decode_batch, fold_batch, pair_batch
-from streams.native import NativeFolder, PairEvidence, pair_evidence_fields
+from streams.native import NativeFolder, PairEvidence, join_part, pair_evidence_fields
 from tests.support.batches import Rec
 
 NOW = 1_800_000_000.0
@@ -39,10 +43,12 @@ TTL_SECONDS = 900.0
 CAPS = Caps(cost_usd=0.004, latency_seconds=2.0)    # small, so that values fall on both sides
 PRICES = PriceMap([Price("m1", 0.0, 3.0, 15.0, 0.3), Price("m1", NOW - 1800, 2.5, 12.0, 0.25),
                    Price("*", 0.0, 1.1, 4.4, 0.11)])
+FLAT_PRICES = PriceMap([Price("m1", 0.0, 3.0, 15.0, 0.3), Price("*", 0.0, 1.1, 4.4, 0.11)])   # no change in time
 
 
 
 PATHS = {"python": None, "native": NativeFolder(DIMENSIONS, RESOLUTIONS, max_record_bytes=4096),
+         "native rows": NativeFolder(DIMENSIONS, RESOLUTIONS, max_record_bytes=4096, native_join=False),
          "old native": NativeFolder(DIMENSIONS, RESOLUTIONS, max_record_bytes=4096, pair_id_slow=True)}
 
 
@@ -51,11 +57,13 @@ def bits(value: object) -> object:
     return struct.pack("<d", value) if isinstance(value, float) else value
 
 
-def run(batches: list[list[list[bytes | None]]], paths: list[str], pending: dict[int, dict[str, str]]):
+def run(batches: list[list[list[bytes | None]]], paths: list[str], pending: dict[int, dict[str, str]],
+        prices: PriceMap = PRICES, joins: list[bool] | None = None):
     """Decode, fold and pair ``batches`` (each a list of partitions' values), batch i read by ``paths[i]``.
 
     Each batch starts from pairers loaded from the waiting halves' text the previous one left (as a
     restarted worker would); returns per batch the delta and the waiting-halves changes, and the end state.
+    ``joins`` collects what each native join attempt returned (True: joined natively).
     """
     stored = {f"t:{p}": dict(halves) for p, halves in pending.items()}
     slicer = Slicer(DIMENSIONS, CardinalityGuard(3))     # a small cap: the guarded key must match too
@@ -70,9 +78,17 @@ def run(batches: list[list[list[bytes | None]]], paths: list[str], pending: dict
         delta = fold_batch(batch, slicer, NOW, RESOLUTIONS)
         pairers = {}
         for part in batch.parts:
-            pairers[part.source] = pairer = Pairer(PRICES, TTL_SECONDS, CAPS)
+            pairers[part.source] = pairer = Pairer(prices, TTL_SECONDS, CAPS)
             pairer.load(stored.get(part.source, {}))
-        changes = pair_batch(batch, pairers, slicer.key, NOW, delta, slicer.key_for)
+
+        def joined(*args):
+            done = join_part(*args)
+            if joins is not None:
+                joins.append(done is not None)
+            return done
+
+        with mock.patch.object(streams.batch, "join_part", joined):
+            changes = pair_batch(batch, pairers, slicer.key, NOW, delta, slicer.key_for)
         for source, (started, stopped) in changes.items():
             halves = stored.setdefault(source, {})
             for pair_id in stopped:
@@ -87,9 +103,10 @@ def evidence(delta: BatchDelta) -> dict[str, dict[str, object]]:
     return {key: {name: bits(value) for name, value in fields.items()} for key, fields in delta.paired_evidence.items()}
 
 
-def assert_same(batches, paths_a, paths_b, pending=None) -> None:
+def assert_same(batches, paths_a, paths_b, pending=None, prices=PRICES, joins=None) -> None:
     pending = pending or {}
-    (results_a, stored_a), (results_b, stored_b) = run(batches, paths_a, pending), run(batches, paths_b, pending)
+    (results_a, stored_a) = run(batches, paths_a, pending, prices)
+    (results_b, stored_b) = run(batches, paths_b, pending, prices, joins)
     for (delta_a, changes_a, _), (delta_b, changes_b, _) in zip(results_a, results_b, strict=True):
         assert delta_a.counters == delta_b.counters
         assert changes_a == changes_b                      # the waiting halves' text, started and stopped
@@ -167,8 +184,32 @@ def test_native_halves_pair_exactly_as_python_traces(parts, pending):
 @given(batches, waiting(), st.data())
 def test_workers_of_either_version_continue_each_others_halves(parts, pending, data):
     """Each batch read by the previous version (pairs on the Python path) or by this one, after a restart."""
-    mixed = [data.draw(st.sampled_from(["python", "native", "old native"])) for _ in parts]
+    mixed = [data.draw(st.sampled_from(["python", "native", "native rows", "old native"])) for _ in parts]
     assert_same(parts, ["python"] * len(parts), mixed, pending)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches, waiting())
+def test_the_native_join_decides_every_part_it_takes(parts, pending):
+    """With one price per model over time, no part falls back to Python (only parts with a paired
+    trace read by Python are not offered to the native join), and the result is Python's."""
+    joins: list[bool] = []
+    assert_same(parts, ["python"] * len(parts), ["native"] * len(parts), pending, FLAT_PRICES, joins)
+    assert all(joins)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["p1", "p2", "p3", "p4"]), st.sampled_from(["baseline", "shadow"]),
+                          st.sampled_from(["r1", "r2", "r/é:1"]), st.floats(NOW - 2 * TTL_SECONDS, NOW)),
+                max_size=40),
+       st.integers(1, 4), st.integers(1, 3))
+def test_pair_streams_split_over_batches_and_partitions(stream, n_batches, n_parts):
+    """A random stream of halves dealt round-robin to partitions and cut into batches, restarts between."""
+    values = [half(pid, arm, ts, release=release) for pid, arm, release, ts in stream]
+    cut = [values[i::n_batches] for i in range(n_batches)]
+    batches = [[chunk[p::n_parts] for p in range(n_parts)] for chunk in cut]
+    for prices in (PRICES, FLAT_PRICES):
+        assert_same(batches, ["python"] * n_batches, ["native"] * n_batches, prices=prices)
 
 
 # -- hand-picked -------------------------------------------------------------------------------------------
@@ -186,7 +227,7 @@ def test_paired_traces_stay_on_the_native_path():
     (results, stored) = run([[values]], ["native"], {})
     delta, _, batch = results[0]
     assert batch.parts[0].native_count == 3 and not batch.parts[0].traces
-    assert [h[1] for h in batch.parts[0].halves] == ["p1", "p1", "p2"]
+    assert [h[1] for h in batch.parts[0].native_halves()] == ["p1", "p1", "p2"]
     assert delta.counters["pairs"] == 1
     assert list(stored["t:0"]) == ["p2"]
     ((key, fields),) = [(k, f) for k, f in delta.paired_evidence.items() if k.endswith(":")]
@@ -214,6 +255,43 @@ def test_a_half_waiting_past_the_ttl_expires_on_both_paths():
     assert results[0][0].counters.get("pairs_expired") == 1
     assert "pairs" not in results[1][0].counters and set(stored["t:0"]) == {"p1", "p9"}
     assert_same([[values], [[half("p1", "shadow", NOW - 5)]]], ["python", "python"], ["native", "old native"])
+    assert_same([[values], [[half("p1", "shadow", NOW - 5)]]], ["python", "python"], ["native rows", "native"])
+
+
+def test_a_price_change_within_the_batch_sends_the_part_to_python():
+    """m1's price changes at NOW - 1800: halves on both sides of it are priced one by one in Python."""
+    values = [half("p1", "baseline", NOW - 1900), half("p1", "shadow", NOW - 10), half("p2", "baseline", NOW - 5)]
+    joins: list[bool] = []
+    assert_same([[values]], ["python"], ["native"], joins=joins)
+    assert joins == [False]
+    joins.clear()
+    assert_same([[values[1:]]], ["python"], ["native"], joins=joins)
+    assert joins == [True]
+
+
+def test_the_native_join_completes_halves_the_pairer_held():
+    """A half waiting from an earlier batch (stored text) completes, and duplicates, in the native join."""
+    stored = {0: {"p1": Half("baseline", "r1", True, False, 0.002, 1.5, NOW - 60, ("", "tenant=t1"), True,
+                             False).to_json()}}
+    values = [half("p1", "baseline", NOW - 30), half("p1", "shadow", NOW - 20, outcome="failure"),
+              half("p1", "baseline", NOW - 10)]
+    joins: list[bool] = []
+    (results, end) = run([[values]], ["native"], stored, FLAT_PRICES, joins)
+    assert joins == [True]
+    delta, _, _ = results[0]
+    assert delta.counters["pairs"] == 1 and delta.counters["pairs_duplicate_half"] == 1
+    assert set(end["t:0"]) == {"p1"} and json.loads(end["t:0"]["p1"])[6] == NOW - 10
+    ((key, fields),) = [(k, f) for k, f in delta.paired_evidence.items() if k.endswith(":")]
+    assert key == "pair:r1:r1:" and fields["b"] == 1
+    assert_same([[values]], ["python"], ["native"], stored, FLAT_PRICES)
+
+
+def test_the_native_join_refuses_a_delta_that_is_not_fresh():
+    batch = decode_batch([("t", 0, [Rec(0, half("p1", "baseline", NOW - 30))])], NOW, native=PATHS["native"])
+    delta = BatchDelta()
+    delta.stop_waiting("p0")
+    with pytest.raises(ValueError, match="fresh delta"):
+        join_part(batch.parts[0].joined, 0, Pairer(PRICES, TTL_SECONDS, CAPS), mock.Mock(), delta)
 
 
 def test_native_halves_need_the_raw_key():
@@ -284,3 +362,22 @@ def test_a_waiting_halfs_stored_text_is_unchanged(side, arm, release, slices, ts
     text = json.dumps([arm, release, success, harmful, cost, latency, ts, list(slices), benign, over],
                       separators=(",", ":"))
     assert h.to_json() == text and Half.from_json(text) == h
+
+
+@pytest.mark.parametrize("path", ["python", "native", "native rows"])
+def test_only_the_halves_the_store_holds_are_deleted(path):
+    """A pair id that starts and stops waiting within a batch (paired, or expired) is no change to the
+    store; one the store held (an earlier batch's half) is deleted; the rest wait, with their text."""
+    stored = {0: {"p0": Half("baseline", "r1", True, False, 0.002, 1.5, NOW - 60, ("",), True, False).to_json(),
+                  "p8": Half("shadow", "r1", True, False, 0.002, 1.5, NOW - 3 * TTL_SECONDS, ("",), True,
+                             False).to_json()}}
+    values = [half("p1", "baseline", NOW - 30), half("p1", "shadow", NOW - 20),        # paired within the batch
+              half("p2", "baseline", NOW - 2 * TTL_SECONDS),                           # started, then expired
+              half("p0", "shadow", NOW - 10),                                          # completes a stored half
+              half("p3", "baseline", NOW - 5)]                                         # waits
+    (results, end) = run([[values]], [path], stored, FLAT_PRICES)
+    delta, changes, _ = results[0]
+    assert delta.counters["pairs"] == 2 and delta.counters["pairs_expired"] == 2
+    started, stopped = changes["t:0"]
+    assert stopped == {"p0", "p8"} and list(started) == ["p3"]
+    assert set(end["t:0"]) == {"p3"}

@@ -1,0 +1,136 @@
+"""The exporter's served rows that merge several stored rows (``__other__``), kept from scrape to scrape (no I/O).
+
+A folded row is the merge of its members in order (:func:`monitor.exporter.budget.apply_budget`).
+:class:`RowFolds` keeps each such row with the member aggregates it was merged from; on the
+next scrape a row whose members are the same objects is handed out again (the same object: the
+collector's rendered blocks are reused), and one whose member list is the same but some members
+changed is moved by those members' changes only: the ops the reader reports for them
+(:attr:`monitor.store.redis.reads.SpanReader.steps`, a window's increment: a few buckets), else
+their difference (:func:`monitor.store.redis.spans.delta`). Anything else is merged afresh.
+
+Guarantee: every row equals a fresh merge of its members field for field and in field order
+(integer counts and sketch buckets are added exactly; the float fields are summed again over the
+members in member order, the same additions as a fresh merge; the counters' order, which decides
+the order a cost is summed over models, is the fresh merge's). Memory: one aggregate and the
+member references per folded row served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from itertools import chain
+from typing import NamedTuple
+
+from monitor.aggregate import FLOAT_FIELDS, Aggregate
+from monitor.store.redis.reads import Steps
+from monitor.store.redis.spans import delta
+
+_FLOAT_FIELDS = tuple(sorted(FLOAT_FIELDS))
+
+
+class _Row(NamedTuple):
+    members: tuple[str, ...]
+    parts: tuple[Aggregate, ...]
+    merged: Aggregate
+
+
+def merge_fresh(parts: Sequence[Aggregate]) -> Aggregate:
+    """The merge of ``parts`` in order, into a new aggregate (what :func:`apply_budget` serves)."""
+    out = Aggregate()
+    for part in parts:
+        out.merge(part)
+    return out
+
+
+class RowFolds:
+    """Folded rows by key, each reused or moved while its members stay the same (module docstring)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[int, str], _Row] = {}
+        self._kept: dict[tuple[int, str], _Row] = {}
+        #: What the last scrape did: rows handed out again, moved by their members' changes, merged afresh.
+        self.last = {"reused": 0, "moved": 0, "merged": 0}
+
+    def start(self) -> None:
+        """Begin a scrape: rows not asked for until :meth:`finish` are dropped then."""
+        self._kept = {}
+        self.last = dict.fromkeys(self.last, 0)
+
+    def finish(self) -> None:
+        self._rows, self._kept = self._kept, {}
+
+    def row(self, key: tuple[int, str], members: Sequence[str], aggregates: Mapping[str, Aggregate],
+            steps: Steps) -> Aggregate:
+        """The merge of ``members``' aggregates (in order); ``key`` names the row (span index or -1, row id).
+
+        ``steps`` are keyed like the reader's ``(span index, member)``; a step is used only when it
+        leads from the very aggregate this row was merged from to the member's current one.
+        """
+        names = tuple(members)
+        parts = tuple(aggregates[sid] for sid in names)
+        if len(parts) == 1:
+            return parts[0]  # the reader's own object (never mutated)
+        known = self._rows.get(key)
+        merged = None
+        if known is not None:
+            if known.members == names and all(a is b for a, b in zip(parts, known.parts)):
+                merged = known.merged
+                self.last["reused"] += 1
+            elif 2 * len(set(names).symmetric_difference(known.members)) < len(names):
+                merged = _moved(known, parts, key[0], names, steps)
+                if merged is not None:
+                    self.last["moved"] += 1
+        if merged is None:
+            merged = merge_fresh(parts)
+            self.last["merged"] += 1
+        self._kept[key] = _Row(names, parts, merged)
+        return merged
+
+
+def _moved(known: _Row, parts: tuple[Aggregate, ...], span: int, names: tuple[str, ...],
+           steps: Steps) -> Aggregate | None:
+    """``known.merged`` moved by the members that changed, left or joined; None when a change is not
+    known exactly."""
+    out = known.merged.copy()
+    was = dict(zip(known.members, known.parts))
+    try:
+        for sid in was.keys() - set(names):
+            out.subtract(was[sid])  # left the row: exact, it was merged in
+        for sid, now in zip(names, parts):
+            before = was.get(sid)
+            if now is before:
+                continue
+            if before is None:
+                out.merge(now)  # joined the row
+                continue
+            step = steps.get((span, sid))
+            if step is not None and step[0] is before and step[1] is now:
+                for add, part in step[2]:
+                    if add:
+                        out.merge(part)
+                    else:
+                        out.subtract(part)
+                continue
+            gained = delta(now, before)
+            if gained is None:
+                return None  # something went down (a rebuild): merged afresh
+            out.merge(gained)
+    except ValueError:
+        return None
+    counts = out.counts
+    for key in _FLOAT_FIELDS:  # the fresh merge's additions: 0 + the members' values in order
+        total: float = 0
+        present = False
+        for part in parts:
+            value = part.counts.get(key)
+            if value is not None:
+                total += value
+                present = True
+        if present:
+            counts[key] = total
+        else:
+            counts.pop(key, None)
+    order = dict.fromkeys(chain.from_iterable(part.counts for part in parts))
+    if len(order) != len(counts) or any(a != b for a, b in zip(order, counts)):
+        out.counts = {key: counts.get(key, 0) for key in order}
+    return out
