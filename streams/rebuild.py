@@ -30,7 +30,8 @@ admitted slice values (``dims:``), the paired evidence (``x:``), this
 topic's waiting pair halves (``pending:<topic>:*``) and this topic's fields
 of ``offsets``. The alert engine's ``state:`` keys, the generation (a live
 prefix without one takes the rebuild's) and other sources' watermarks are
-left alone. Records are not written to the DLQ again (they
+left alone; the generation's ``rebuilds`` is incremented, for the exporter's
+caches. Records are not written to the DLQ again (they
 were when first seen); the ``dlq`` counter is recomputed. Limitation: the
 topic's retention bounds what can be rebuilt — windows older than the
 oldest retained record are lost if Redis is.
@@ -68,7 +69,8 @@ REPLACED_PATTERNS = tuple(layout.family_pattern(family) for family in (
 REPLACED_KEYS = (layout.SLICES, layout.COUNTERS)
 #: Families a rebuild leaves alone: not derived from the topic. The generation is kept so that running
 #: workers see the swap as another writer's progress, not as lost state (streams/restore.py); the
-#: rebuild's own generation key is deleted with its prefix.
+#: rebuild's own generation key is deleted with its prefix. The swap increments the live generation's
+#: ``rebuilds`` (readers that cache by ``traces`` drop their caches when it moves: layout.py).
 KEPT_FAMILIES = (layout.STATE, layout.GENERATION)
 
 

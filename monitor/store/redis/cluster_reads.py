@@ -5,7 +5,9 @@ Each partition view is a plain Redis layout in one slot, so the single-node read
 slices) reads it unchanged; :class:`ClusterSpanReader` asks each view only for the slices that
 view indexes and sums the views' results per slice. A slice whose every part is the same object
 as on the previous scrape gets the same merged object back, so the exporter's caches still hit by
-identity. Cost: one reader's round trips per view (no pipelining across views).
+identity. Cost: one reader's round trips per view (no pipelining across views), the read of the view's
+rebuild count included: a per-slot rebuild swap increments it in the view's generation hash (its own
+slot), so only that view's reader drops its caches.
 """
 
 from __future__ import annotations

@@ -12,10 +12,11 @@ Key layout (``P`` = key prefix, default ``fleetmon``):
 ``P:slices``                              zset, slice id → latest event time
 ``P:counters``                            hash, ``traces``, ``dlq``, ``late``, ``folded:<dim>``
 ``P:offsets``                             hash, ``<topic>:<partition>`` → last applied offset
-``P:generation``                          hash, ``id`` (the state's generation) and ``restores``
+``P:generation``                          hash, ``id`` (the state's generation), ``restores``, ``rebuilds``
 ``P:dims:<dim>``                          set, admitted values of a slice dimension
 ``P:x:<name>``                            hash, additive extras (paired evidence per comparison)
 ``P:id:<release>``                        hash, version tuple → latest event time (:mod:`monitor.identity`)
+``P:id:``                                 set, the releases with an ``id:`` hash (their registry)
 ``P:pending:<topic>:<partition>``         hash, pair_id → the half of a shadow pair still waiting
 ``P:state:<name>``                        string, JSON state (the alert engine's lifecycle)
 ========================================  =========================================
@@ -31,6 +32,11 @@ once under ``P:{g}`` for what all share: ``dims:``, ``state:``, ``generation`` a
 of partitions with a view). Readers read every view and merge (sums; max for latest times), one
 round trip per view (names and merges: :mod:`monitor.store.redis.merge`). With ``redis.cluster``
 off, ``P`` is the plain prefix and nothing here changes.
+
+The generation's ``rebuilds`` (:data:`REBUILDS_FIELD`) counts the ``fleetmon rebuild`` swaps into
+the prefix, incremented by the swap script (on a cluster in each swapped view's generation hash, in
+the view's slot, and in ``P:{g}``'s): a rebuild can repair a hash without changing its ``traces``, so
+the exporter's reader drops its caches of a prefix whose count moved (:mod:`monitor.store.redis.reads`).
 
 The generation hash names the state's lineage: the first apply into a Redis without it writes
 ``id`` (:data:`GENERATION_ID_FIELD`), so a Redis that restarted empty or was flushed gets a new
@@ -59,9 +65,11 @@ STATE = "state"
 #: The field of a window or totals hash that counts its traces: a slice's version for readers.
 VERSION_FIELD = "traces"
 
-#: The fields of the generation hash: the generation's id and the restores counted in it.
+#: The fields of the generation hash: the generation's id, the restores counted in it, and the rebuild
+#: swaps into the prefix (the exporter's reader drops its caches when that count moves).
 GENERATION_ID_FIELD = "id"
 RESTORES_FIELD = "restores"
+REBUILDS_FIELD = "rebuilds"
 
 #: Windows per count hash (``P:wc:...``): an hour of minute windows, 60 hours of hour windows.
 COUNT_BUCKET_WINDOWS = 60

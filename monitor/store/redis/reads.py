@@ -11,7 +11,9 @@ window content but the newest minutes'). The groups' scripts are pipelined
 that slid out changed since it was added) is read again and summed afresh.
 
 Guarantees: sums and totals equal a fresh read of the store field for field; a
-write landing between a group's two scripts is caught up on the next scrape. The
+write landing between a group's two scripts is caught up on the next scrape, and so
+is a ``fleetmon rebuild`` swap (which may keep a repaired hash's count: every read
+first reads the generation's rebuild count and drops the caches when it moved). The
 cache holds the active slices only (a slice that stops being active is dropped).
 Unchanged sums and totals are the *same objects* as on the previous scrape (the
 exporter's caches hit by identity). Spans as long as the resolution's retention,
@@ -29,7 +31,7 @@ from typing import Any
 from monitor.aggregate import Aggregate
 from monitor.store.base import ScriptableStore, Store, StoreError
 from monitor.store.redis.layout import KeyLayout, count_bucket
-from monitor.store.redis.scripts import TOTALS_FLOATS, WHOLE_TOTALS
+from monitor.store.redis.scripts import REBUILDS, TOTALS_FLOATS, WHOLE_TOTALS
 from monitor.store.redis.spans import CachedTotals, Change, Ops, SliceSpans, followed_totals, interned, plan, updated
 from monitor.store.redis.wire import Scripts, Wire, chunks, decode_hash, text
 from monitor.windows import MINUTE, Resolution
@@ -56,9 +58,12 @@ class SpanReader:
         self.resolution = {r.name: r for r in store.resolutions}.get(resolution.name, resolution)
         self._scripts: Scripts | None = None
         self._keys = KeyLayout()
+        self._rebuilds: Any = None  # reads the generation and its rebuild count (the stamp)
+        self._stamp: str | None = None  # the stamp the caches were filled under (None: not read yet)
         if isinstance(store, ScriptableStore):
             self._scripts = Scripts(store.client)
             self._keys = KeyLayout(store.prefix)
+            self._rebuilds = store.client.register_script(REBUILDS)
         self._spans: dict[str, SliceSpans] = {}
         self._totals: dict[str, CachedTotals] = {}
         #: What the last read did: slices whose windows changed, windows fetched,
@@ -97,6 +102,7 @@ class SpanReader:
         if scripts is None:
             return (store.totals(slice_ids),
                     [store.window_aggregates(res.name, start, end, active) for start, end in spans])
+        self._check_rebuilds()
         if not longest or len(longest) * res.size_seconds >= res.retention_seconds:  # windows may expire inside
             self._spans = {}
             windowed = [store.window_aggregates(res.name, start, end, active) for start, end in spans]
@@ -116,6 +122,20 @@ class SpanReader:
         totals = self._read_totals(scripts, wanted, totals)
         return ({sid: totals[sid] for sid in slice_ids},
                 [{sid: self._spans[sid].sums[k] for sid in active} for k in range(len(spans))])
+
+    def _check_rebuilds(self) -> None:
+        """Drop the caches when a rebuild swapped state in since the last read: a repaired hash may keep
+        its ``traces``, which the caches take as its version. The stamp: the generation's id and its
+        rebuild count (a Redis flushed then rebuilt between two reads has another id; layout.py)."""
+        try:
+            stamp = text(self._rebuilds(keys=[self._keys.generation()]))
+        except Exception as exc:  # the client's errors, re-raised with context (as Scripts.call does)
+            raise StoreError(f"reading the generation from Redis failed ({self._keys.generation()}): {exc}") from exc
+        if stamp != self._stamp:
+            if self._stamp is not None and (self._spans or self._totals):
+                log.info("a rebuild swapped state into %s (generation and rebuilds %r → %r): cached windows "
+                         "and totals dropped", self._keys.prefix, self._stamp, stamp)
+            self._spans, self._totals, self._stamp = {}, {}, stamp
 
     def _read_and_update(self, scripts: Scripts, ids: list[str], range_: tuple[int, ...],
                          suffixes: tuple[int, ...], totals: dict[str, Aggregate]) -> list[str]:

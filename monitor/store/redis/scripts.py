@@ -24,7 +24,7 @@ def _lua(text: str) -> str:
     """``text`` with ``$name`` replaced by the layout's names (Lua itself never uses ``$``)."""
     return Template(text).substitute(
         version=layout.VERSION_FIELD, offsets=layout.OFFSETS, generation_id=layout.GENERATION_ID_FIELD,
-        latency=LATENCY_PREFIX,
+        generation=layout.GENERATION, rebuilds=layout.REBUILDS_FIELD, latency=LATENCY_PREFIX,
         latency_length=len(LATENCY_PREFIX), latency_zero=LATENCY_PREFIX + ZERO_KEY,
         whole=WHOLE_TOTALS, floats=", ".join(f"'{name}'" for name in FLOATS))
 
@@ -257,7 +257,8 @@ return out
 # the slot every key it touches hashes to (both prefixes carry the same hash tag:
 # streams/rebuild_cluster.py). Returns
 # {0, source, live watermark, rebuilt watermark} (the rebuild is behind: nothing changed) or
-# {1, keys moved, partitions}.
+# {1, keys moved, partitions}; a swap also increments the live generation's ``rebuilds`` (a rebuild may
+# repair a hash and keep its ``traces``, the version the exporter's reader trusts).
 SWAP = _lua("""
 local live, fresh, topic = ARGV[1], ARGV[2], ARGV[3]
 local live_offsets = live .. ':$offsets'
@@ -323,5 +324,13 @@ end
 local mine = redis.call('HGETALL', fresh_offsets)
 for i = 1, #mine, 2 do redis.call('HSET', live_offsets, mine[i], mine[i + 1]) end
 if ARGV[8] ~= '1' then redis.call('UNLINK', fresh_offsets) end
+redis.call('HINCRBY', live .. ':$generation', '$rebuilds', 1)
 return {1, #fresh_keys, #mine / 2}
+""")
+
+# KEYS[1]: a prefix's generation hash. Returns "<id> <rebuilds>" ('' for an absent field): the rebuild
+# swaps into the prefix (incremented by SWAP) and the generation (a flushed and rebuilt Redis has a new one).
+REBUILDS = _lua("""
+local got = redis.call('HMGET', KEYS[1], '$generation_id', '$rebuilds')
+return (got[1] or '') .. ' ' .. (got[2] or '')
 """)
