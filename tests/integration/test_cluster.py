@@ -20,12 +20,9 @@ import time
 import uuid
 
 import pytest
-import redis
-from redis.cluster import RedisCluster
 
 from monitor.aggregate import FLOAT_FIELDS
 from monitor.slices import Slicer
-from monitor.store.memory import MemoryStore
 from monitor.store.redis.cluster import ClusterStore
 from monitor.store.redis.layout import KeyLayout
 from monitor.store.redis.merge import hash_tag, view_prefix
@@ -33,14 +30,13 @@ from monitor.store.redis.store import RedisStore
 from monitor.windows import DEFAULT_RESOLUTIONS
 from streams.batch import decode_batch, fold_batch
 from tests.support.batches import Rec
+from tests.support.cluster_checks import ensure_services_cluster, exactness, reference
 from tests.support.paths import ROOT
 from tests.support.pipeline import (
     FLEETMON,
     Workers,
     end_offsets,
-    expected_pairs,
     make_records,
-    observed_pairs,
     send_all,
 )
 from tests.support.redis_cluster import RedisClusterNodes
@@ -52,27 +48,10 @@ SERVICES_CLUSTER_TOML = ROOT / ".services" / "cluster" / "fleetmon.toml"
 LOSS_LOGGED = "the store lost state this worker applied"
 
 
-def _cluster_answers(port: int) -> bool:
-    try:
-        with RedisCluster(host="127.0.0.1", port=port, socket_timeout=5) as client:
-            return bool(client.ping()) and client.cluster_info().get("cluster_state") == "ok"
-    except (redis.RedisError, OSError):
-        return False
-
-
 @pytest.fixture(scope="session")
 def services_cluster(fleetmon_services) -> str:
     """The URL of the services' Redis Cluster, started here when it is not running yet."""
-    if not _cluster_answers(SERVICES_CLUSTER_PORT):
-        if os.environ.get("FLEETMON_SERVICES_EXTERNAL") == "1":
-            pytest.fail(f"no Redis Cluster on 127.0.0.1:{SERVICES_CLUSTER_PORT} (FLEETMON_SERVICES_EXTERNAL=1)",
-                        pytrace=False)
-        proc = subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "start", "redis"], cwd=ROOT,
-                              env=dict(os.environ, FLEETMON_SERVICES_REDIS_CLUSTER="1"), capture_output=True,
-                              text=True, timeout=600, check=False)
-        if proc.returncode != 0:
-            pytest.fail(f"starting the Redis Cluster failed:\n{proc.stdout}{proc.stderr}", pytrace=False)
-    return f"redis://127.0.0.1:{SERVICES_CLUSTER_PORT}/0"
+    return ensure_services_cluster(SERVICES_CLUSTER_PORT)
 
 
 @pytest.fixture
@@ -141,44 +120,6 @@ def wait_exact(store: ClusterStore, topic: str, records: list[dict], bootstrap: 
         time.sleep(0.3)
     pytest.fail(f"the cluster store did not match the topic within {timeout} s: {problems}\n{workers.tails()}")
 
-
-
-def reference(records: list[dict], now: float) -> MemoryStore:
-    """The records folded in one batch by the workers' own fold, into memory: what every slice must hold
-    (whatever slices and groupings the fold makes; pairing aside)."""
-    store = MemoryStore()
-    batch = decode_batch([("ref", 0, [Rec(i, json.dumps(r).encode()) for i, r in enumerate(records)])], now)
-    store.apply(fold_batch(batch, Slicer(), now, DEFAULT_RESOLUTIONS))
-    return store
-
-
-def integers(aggregates: dict) -> dict:
-    return {sid: {k: v for k, v in agg.to_dict().items() if k not in FLOAT_FIELDS} for sid, agg in aggregates.items()}
-
-
-def exactness(store, records: list[dict], ref: MemoryStore) -> dict:
-    """What differs between the store and ``records`` (empty when every figure is exact): every slice's
-    totals and windows (integer fields and sketch buckets) against ``ref``, the all-slices paired counts
-    and the pipeline counters."""
-    problems: dict = {}
-    want, got = integers(ref.totals()), integers(store.totals())
-    wrong = {sid: (got.get(sid), want.get(sid)) for sid in set(want) | set(got) if got.get(sid) != want.get(sid)}
-    if wrong:
-        problems["slices"] = dict(sorted(wrong.items())[:3]) | {"count": len(wrong)}
-    pairs = {k: +v for k, v in expected_pairs(records).items()}
-    if observed_pairs(store) != pairs:
-        problems["pairs"] = (observed_pairs(store), pairs)
-    counters = store.counters()
-    wanted = {"traces": len(records), "pairs": sum(c["n_pairs"] for c in pairs.values()), "dlq": 0}
-    counted = {name: int(counters.get(name, 0)) for name in wanted}
-    if counted != wanted:
-        problems["counters"] = (counted, wanted)
-    now, ids = time.time(), sorted(ref.active_slices())
-    for res in ("1m", "1h"):
-        mine = integers(store.window_aggregates(res, now - 2 * 3600, now + 600, ids))
-        if mine != integers(ref.window_aggregates(res, now - 2 * 3600, now + 600, ids)):
-            problems[f"windows_{res}"] = "differ"
-    return problems
 
 
 def loss_lines(log: str) -> list[str]:

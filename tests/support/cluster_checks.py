@@ -38,7 +38,7 @@ def exactness(store: Any, records: list[dict], ref: MemoryStore) -> dict:
         problems["slices"] = dict(sorted(wrong.items())[:3]) | {"count": len(wrong)}
     pairs = {k: +v for k, v in expected_pairs(records).items()}
     if observed_pairs(store) != pairs:
-        problems["pairs"] = "differ"
+        problems["pairs"] = (observed_pairs(store), pairs)
     counters = store.counters()
     wanted = {"traces": len(records), "pairs": sum(c["n_pairs"] for c in pairs.values()), "dlq": 0}
     counted = {name: int(counters.get(name, 0)) for name in wanted}
