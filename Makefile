@@ -39,7 +39,7 @@ services-status:
 	bash $(SERVICES) status
 
 test-unit: install
-	$(BIN)/python -m pytest tests/unit tests/property -q
+	$(BIN)/python -m pytest tests/unit tests/property -q -n 2
 
 test-integration: install services
 	$(BIN)/python -m pytest tests/integration -q
@@ -49,8 +49,13 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# unit and property tests are CPU-bound: two processes (pytest-xdist) on the machine's 2 cores;
+# the integration tests wait on real services and time-sensitive workers: one at a time
+# (both always run, so one failing does not hide the other's results)
 test: install lint services
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --durations=15 tests/unit tests/property; unit=$$?; \
+	$(BIN)/python -m pytest -q --durations=25 tests/integration; integration=$$?; \
+	test $$unit -eq 0 -a $$integration -eq 0
 
 bench: install services
 	$(BIN)/python bench/stats_bench.py

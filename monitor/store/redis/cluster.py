@@ -300,8 +300,9 @@ class ClusterStore:
         """Delete every key of every view and of the shared view; returns how many."""
         deleted = 0
         try:
-            for key in self.cluster.scan_iter(match=f"{glob_escape(self.base_prefix)}:{{*}}:*", count=1000):
-                deleted += int(self.cluster.delete(key))
+            keys = list(self.cluster.scan_iter(match=f"{glob_escape(self.base_prefix)}:{{*}}:*", count=1000))
+            for at in range(0, len(keys), 1000):  # one DEL per slot of each chunk (a view's keys share one)
+                deleted += int(self.cluster.delete(*keys[at:at + 1000]))
         except redis.RedisError as exc:
             raise StoreError(f"clearing the Redis Cluster store failed: {exc}") from exc
         self._views.clear()

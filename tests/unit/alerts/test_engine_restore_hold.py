@@ -13,23 +13,12 @@ from pathlib import Path
 from alerts.engine import AlertEngine, EngineConfig
 from alerts.wiring import engine_config
 from monitor.config import load
-from monitor.delta import BatchDelta
-from monitor.pairing import PairedCounts, pair_key
-from monitor.slices import comparison_slices, slice_id
 from monitor.store.memory import MemoryStore
+from tests.support.regressed import regressed_minute
 from tests.support.validity import RecordingNotifier
 
 T0 = 1_700_000_040.0
 STALE_SECONDS = 60.0
-
-
-def regressed_minute(store: MemoryStore, offset: int) -> None:
-    """A minute of shadow pairs where candidate v2 solves 25 points fewer refund tasks than v1."""
-    delta = BatchDelta()
-    counts = PairedCounts(n_pairs=100, b=30, c=5)
-    for key in comparison_slices((("task_type", "refund"),)):
-        delta.add_paired_evidence(pair_key("v1", "v2", slice_id(key)), counts.hash_fields())
-    store.apply(delta, "t:0", offset, offset + 99)
 
 
 def configured(tmp_path: Path, hold: str | None) -> EngineConfig:
