@@ -387,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         "worker_peak_rss_mb": round(r["worker"]["peak_rss_mb"]),
         "redis_cpu_seconds": round(r["worker"]["redis_cpu_seconds"], 2),
         "redis_script_us_per_trace": round(r["worker"]["redis_script_seconds"] * 1e6 / args.n, 3),
-        "window_keys": r["worker"]["window_keys"], "counted_exact": r["exact"]} for name, r in results.items()}
+        "window_keys": r["worker"]["window_keys"], "minute_window_bytes": r["worker"]["minute_window_bytes"],
+        "counted_exact": r["exact"]} for name, r in results.items()}
     print(json.dumps(out))
     return 0 if out["counted_exact"] else 1
 

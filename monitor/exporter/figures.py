@@ -16,31 +16,31 @@ from typing import Any
 
 from monitor.aggregate import Aggregate, cost_per_solved
 from monitor.exporter.families import QUANTILES
+from monitor.exporter.rates import rate_figures
 from monitor.pricing import PriceMap
 from monitor.sketch import LogSketch
-from monitor.stats.intervals import estimate_rate
 
 
 def window_figures(agg: Aggregate, prices: PriceMap, at: float | None) -> list[float | None]:
     """The values of the ``HEALTH_GAUGES`` of a window with traces, None where one is left out.
 
-    Exactly the figures :func:`monitor.aggregate.health` gives (same
-    functions, same arithmetic; a test compares them), without the parts of
-    the health vector no gauge exports (the harmful-action and over-refusal
-    intervals, the latency mean, the tool error rate). ``n`` must be > 0.
+    The figures :func:`monitor.aggregate.health` gives (same functions, same
+    arithmetic, but for the exact rate intervals: :mod:`monitor.exporter.rates`,
+    equal to scipy's to a relative 1e-12; a test compares them), without the
+    parts of the health vector no gauge exports (the harmful-action and
+    over-refusal intervals, the latency mean, the tool error rate). ``n`` must be > 0.
     """
     n = agg.traces
     successes = agg.successes
-    success = estimate_rate(successes, n)
+    success = rate_figures(successes, n)
     per_solved = cost_per_solved(agg.cost_usd(prices, at), successes)
     benign = int(agg.get("benign"))
-    side_effect = estimate_rate(int(agg.get("side_effect_traces")), n)
-    injection = estimate_rate(int(agg.get("prompt_injection")), n)
-    return [success.rate, success.low, success.high, per_solved if math.isfinite(per_solved) else None,
+    side_effect = rate_figures(int(agg.get("side_effect_traces")), n)
+    injection = rate_figures(int(agg.get("prompt_injection")), n)
+    return [*success, per_solved if math.isfinite(per_solved) else None,
             *(q if math.isfinite(q) else None for q in sketch_quantiles(agg.latency, _QUANTILE_LEVELS)),
             int(agg.get("harmful_action")) / n, int(agg.get("refused_benign")) / benign if benign else None,
-            side_effect.rate, side_effect.low, side_effect.high, agg.get("side_effects") / n,
-            injection.rate, injection.low, injection.high,
+            *side_effect, agg.get("side_effects") / n, *injection,
             agg.get("steps") / n, agg.get("steps_solved") / successes if successes else None]
 
 

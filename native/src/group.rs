@@ -4,8 +4,57 @@
 //! sums are added in trace order, so they are bit-identical too).
 
 use crate::record::{Fast, C_SIDE_EFFECTS, C_STEPS, C_TOKENS_CACHED_IN, C_TOKENS_IN, C_TOKENS_OUT, C_TOOL_CALLS, C_TOOL_ERRORS};
+use crate::scan::same;
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
+
+/// Texts → small ids (from 1), in order of first sight: a linear scan of inline comparisons while
+/// there are few (a slice dimension's values in one batch usually are), a hash map past that.
+pub struct Interner<'a> {
+    pub values: Vec<Cow<'a, str>>,
+    map: FxHashMap<Cow<'a, str>, u32>,
+}
+
+const LINEAR: usize = 16;
+
+impl<'a> Interner<'a> {
+    pub fn new() -> Self {
+        Interner { values: Vec::new(), map: FxHashMap::default() }
+    }
+
+    #[inline]
+    #[allow(clippy::ptr_arg)] // a new value is kept as the Cow it is (borrowed from the batch: no copy)
+    pub fn id(&mut self, value: &Cow<'a, str>) -> u32 {
+        let bytes = value.as_bytes();
+        if self.values.len() <= LINEAR {
+            if let Some(i) = self.values.iter().position(|v| same(v.as_bytes(), bytes)) {
+                return i as u32 + 1;
+            }
+        } else if let Some(&id) = self.map.get(value.as_ref()) {
+            return id;
+        }
+        self.values.push(value.clone());
+        let id = self.values.len() as u32;
+        if self.values.len() > LINEAR {
+            if self.map.is_empty() {
+                for (i, v) in self.values.iter().enumerate() {
+                    self.map.insert(v.clone(), i as u32 + 1);
+                }
+            } else {
+                self.map.insert(value.clone(), id);
+            }
+        }
+        id
+    }
+}
+
+/// What [`Grouper::add`] interned of a trace, for the join's own tables (`join::Collector`).
+pub struct Ids<'g> {
+    /// per dimension: 0 when missing, else the value's id
+    pub dims: &'g [u64],
+    pub release: u32,
+    pub model: u32,
+}
 
 /// The sketch's bucketing (`monitor.sketch.LogSketch.key`).
 pub struct Bucketing {
@@ -159,7 +208,7 @@ pub struct Grouper<'a> {
     n_outcomes: usize,
     bucketing: Bucketing,
     /// per dimension: value → small id (0 = missing); the group key is ids then starts
-    interned: Vec<FxHashMap<Cow<'a, str>, u64>>,
+    interned: Vec<Interner<'a>>,
     index: FxHashMap<Vec<u64>, usize>,
     key: Vec<u64>,
     pub groups: Vec<Group<'a>>,
@@ -167,7 +216,9 @@ pub struct Grouper<'a> {
     pub parts: Vec<(usize, Option<f64>)>,
     /// The version tuples seen (release, model_id, 4 hashes), in order of first position: (latest ts, first).
     pub identities: Vec<(Identity<'a>, f64, usize)>,
-    identity_index: FxHashMap<Identity<'a>, usize>,
+    /// per component of an identity: its texts' ids; an identity's key is the six ids
+    components: [Interner<'a>; 6],
+    identity_index: FxHashMap<[u32; 6], usize>,
 }
 
 /// release, model_id, scaffold_hash, prompt_hash, tool_schema_hash, config_hash ("" when missing).
@@ -179,12 +230,13 @@ impl<'a> Grouper<'a> {
             sizes,
             n_outcomes,
             bucketing,
-            interned: (0..ndims).map(|_| FxHashMap::default()).collect(),
+            interned: (0..ndims).map(|_| Interner::new()).collect(),
             index: FxHashMap::default(),
             key: Vec::new(),
             groups: Vec::new(),
             parts: vec![(0, None); n_parts],
             identities: Vec::new(),
+            components: std::array::from_fn(|_| Interner::new()),
             identity_index: FxHashMap::default(),
         }
     }
@@ -194,19 +246,12 @@ impl<'a> Grouper<'a> {
         (ts / size as f64).floor() as i64 * size
     }
 
-    pub fn add(&mut self, part: usize, position: usize, t: Fast<'a>) {
+    pub fn add(&mut self, part: usize, position: usize, t: &Fast<'a>) -> Ids<'_> {
         self.key.clear();
         for (table, value) in self.interned.iter_mut().zip(&t.dims) {
             let id = match value {
                 None => 0,
-                Some(v) => match table.get(v) {
-                    Some(&id) => id,
-                    None => {
-                        let id = table.len() as u64 + 1;
-                        table.insert(v.clone(), id);
-                        id
-                    }
-                },
+                Some(v) => table.id(v) as u64,
             };
             self.key.push(id);
         }
@@ -222,18 +267,22 @@ impl<'a> Grouper<'a> {
                 self.groups.len() - 1
             }
         };
-        self.groups[slot].update(&t, &self.bucketing);
+        self.groups[slot].update(t, &self.bucketing);
         let [h0, h1, h2, h3] = &t.hashes;
-        let identity: Identity<'a> = [t.release.clone(), t.model_id.clone(), h0.clone(), h1.clone(), h2.clone(), h3.clone()];
-        match self.identity_index.get(&identity) {
+        let texts = [&t.release, &t.model_id, h0, h1, h2, h3];
+        let mut ids = [0u32; 6];
+        for ((id, table), text) in ids.iter_mut().zip(&mut self.components).zip(texts) {
+            *id = table.id(text);
+        }
+        match self.identity_index.get(&ids) {
             Some(&i) => {
                 if t.ts > self.identities[i].1 {
                     self.identities[i].1 = t.ts;
                 }
             }
             None => {
-                self.identity_index.insert(identity.clone(), self.identities.len());
-                self.identities.push((identity, t.ts, position));
+                self.identity_index.insert(ids, self.identities.len());
+                self.identities.push((texts.map(Cow::clone), t.ts, position));
             }
         }
         let stats = &mut self.parts[part];
@@ -242,5 +291,6 @@ impl<'a> Grouper<'a> {
             Some(m) if m >= t.ts => m,
             _ => t.ts,
         });
+        Ids { dims: &self.key[..self.interned.len()], release: ids[0], model: ids[1] }
     }
 }

@@ -13,6 +13,7 @@
 //! ValueError before anything is returned, and Python pairs that part itself.
 
 use crate::evidence::{PairEvidence, Side};
+use crate::group::Ids;
 use crate::record::{Fast, C_TOKENS_CACHED_IN, C_TOKENS_IN, C_TOKENS_OUT};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -52,6 +53,20 @@ pub struct Collector<'s> {
     model_span: Vec<Option<(f64, f64)>>,
     releases: Vec<String>,
     releases_index: FxHashMap<String, usize>,
+    /// The same tables' indices by the grouper's ids (`group::Ids`), so that a tuple, model or
+    /// release seen before is found without hashing its text again.
+    dims_by_ids: FxHashMap<Box<[u64]>, usize>,
+    model_by_id: Vec<Option<usize>>,
+    release_by_id: Vec<Option<usize>>,
+}
+
+/// `table[id]`, filled by `find` the first time.
+fn cached(table: &mut Vec<Option<usize>>, id: u32, find: impl FnOnce() -> usize) -> usize {
+    let id = id as usize;
+    if table.len() <= id {
+        table.resize(id + 1, None);
+    }
+    *table[id].get_or_insert_with(find)
 }
 
 /// The index of `value` in `texts`, added when new.
@@ -70,31 +85,25 @@ impl<'s> Collector<'s> {
         Collector { unknown, paired, halves: Vec::new(), parts: Vec::new(), dims: Vec::new(),
                     dims_index: FxHashMap::default(), dims_paired: Vec::new(), models: Vec::new(),
                     models_index: FxHashMap::default(), model_span: Vec::new(), releases: Vec::new(),
-                    releases_index: FxHashMap::default() }
+                    releases_index: FxHashMap::default(), dims_by_ids: FxHashMap::default(),
+                    model_by_id: Vec::new(), release_by_id: Vec::new() }
     }
 
-    pub fn add(&mut self, part: usize, position: usize, t: &Fast<'_>) {
+    pub fn add(&mut self, part: usize, position: usize, t: &Fast<'_>, ids: &Ids<'_>) {
         let Some(pair_id) = t.pair_id.as_deref() else { return };
         let paired = self.paired.get(t.arm).copied().unwrap_or(false);
-        let unknown = self.unknown;
-        let values = || t.dims.iter().map(|d| d.as_deref().unwrap_or(unknown));
-        // intern the tuple without allocating for one seen before (most halves)
-        let mut hasher = FxHasher::default();
-        for v in values() {
-            v.hash(&mut hasher);
-        }
-        let candidates = self.dims_index.entry(hasher.finish()).or_default();
-        let dims = match candidates.iter().find(|&&i| self.dims[i].iter().map(String::as_str).eq(values())) {
+        let dims = match self.dims_by_ids.get(ids.dims) {
             Some(&i) => i,
             None => {
-                self.dims.push(values().map(str::to_owned).collect());
-                self.dims_paired.push(false);
-                candidates.push(self.dims.len() - 1);
-                self.dims.len() - 1
+                let i = self.dims_of(t);
+                self.dims_by_ids.insert(ids.dims.into(), i);
+                i
             }
         };
-        let model = intern(&mut self.models, &mut self.models_index, &t.model_id);
-        let release = intern(&mut self.releases, &mut self.releases_index, &t.release);
+        let model = cached(&mut self.model_by_id, ids.model,
+                           || intern(&mut self.models, &mut self.models_index, &t.model_id));
+        let release = cached(&mut self.release_by_id, ids.release,
+                             || intern(&mut self.releases, &mut self.releases_index, &t.release));
         if self.model_span.len() < self.models.len() {
             self.model_span.push(None);
         }
@@ -115,6 +124,26 @@ impl<'s> Collector<'s> {
             tokens: [t.counts[C_TOKENS_IN], t.counts[C_TOKENS_CACHED_IN], t.counts[C_TOKENS_OUT]],
             fees_usd: t.fees_usd, latency_seconds: t.latency_seconds, ts: t.ts,
         });
+    }
+
+    /// The index of `t`'s dimension values (missing ones as `unknown`) in `dims`, added when new.
+    fn dims_of(&mut self, t: &Fast<'_>) -> usize {
+        let unknown = self.unknown;
+        let values = || t.dims.iter().map(|d| d.as_deref().unwrap_or(unknown));
+        let mut hasher = FxHasher::default();
+        for v in values() {
+            v.hash(&mut hasher);
+        }
+        let candidates = self.dims_index.entry(hasher.finish()).or_default();
+        match candidates.iter().find(|&&i| self.dims[i].iter().map(String::as_str).eq(values())) {
+            Some(&i) => i,
+            None => {
+                self.dims.push(values().map(str::to_owned).collect());
+                self.dims_paired.push(false);
+                candidates.push(self.dims.len() - 1);
+                self.dims.len() - 1
+            }
+        }
     }
 
     pub fn finish(mut self, parts: usize, arms: Vec<String>) -> Halves {

@@ -16,11 +16,13 @@ mod group;
 mod halves;
 mod join;
 mod record;
+mod scan;
 
 use group::{Bucketing, Grouper};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use record::{dimension_field, Dim, Spec};
+use scan::Keys;
 
 #[pyclass(frozen)]
 struct Folder {
@@ -37,24 +39,55 @@ struct Folder {
     relative_accuracy: f64,
     min_value: f64,
     limits: Limits,
+    /// Threads that read a batch's records (the grouping stays on one).
+    threads: usize,
 }
 
 /// The value bounds of `monitor.limits` (tokens, other counts, latency ms, fees, ts, label chars).
 #[derive(Clone, Copy)]
 struct Limits(u64, u64, f64, f64, f64, usize);
 
+impl Folder {
+    /// The fast path's view of the schema for a batch read at ``now``.
+    fn spec(&self, now: f64) -> Spec {
+        let dims: Vec<Dim> = self.dims.iter().map(|d| match dimension_field(d) {
+            Some(i) => Dim::Field(i),
+            None => Dim::Tag(d.clone()),
+        }).collect();
+        let keys = Keys::new(&self.slow_keys, &dims);
+        Spec {
+            outcomes: self.outcomes.clone(),
+            arms: self.arms.clone(),
+            user_signals: self.user_signals.clone(),
+            slow_keys: self.slow_keys.clone(),
+            dims,
+            now,
+            max_future_seconds: self.max_future_seconds,
+            pair_id_slow: self.pair_id_slow,
+            max_record_bytes: self.max_record_bytes,
+            max_tokens: self.limits.0,
+            max_count: self.limits.1,
+            max_latency_ms: self.limits.2,
+            max_fees_usd: self.limits.3,
+            max_ts: self.limits.4,
+            max_label_chars: self.limits.5,
+            keys,
+        }
+    }
+}
+
 #[pymethods]
 impl Folder {
     #[new]
     #[pyo3(signature = (*, dimensions, window_sizes, outcomes, arms, user_signals, slow_keys, unknown,
                         max_future_seconds, max_record_bytes, pair_id_slow, relative_accuracy, min_value,
-                        max_tokens, max_count, max_latency_ms, max_fees_usd, max_ts, max_label_chars))]
+                        max_tokens, max_count, max_latency_ms, max_fees_usd, max_ts, max_label_chars, threads=1))]
     #[allow(clippy::too_many_arguments)]
     fn new(dimensions: Vec<String>, window_sizes: Vec<i64>, outcomes: Vec<String>, arms: Vec<String>,
            user_signals: Vec<String>, slow_keys: Vec<String>, unknown: String, max_future_seconds: f64,
            max_record_bytes: usize, pair_id_slow: bool, relative_accuracy: f64, min_value: f64,
            max_tokens: u64, max_count: u64, max_latency_ms: f64, max_fees_usd: f64, max_ts: f64,
-           max_label_chars: usize) -> PyResult<Self> {
+           max_label_chars: usize, threads: usize) -> PyResult<Self> {
         if window_sizes.iter().any(|&s| s <= 0) {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "window_sizes must be > 0 seconds, got {window_sizes:?}")));
@@ -64,7 +97,8 @@ impl Folder {
         }
         Ok(Folder { dims: dimensions, sizes: window_sizes, outcomes, arms, user_signals, slow_keys, unknown,
                     max_future_seconds, max_record_bytes, pair_id_slow, relative_accuracy, min_value,
-                    limits: Limits(max_tokens, max_count, max_latency_ms, max_fees_usd, max_ts, max_label_chars) })
+                    limits: Limits(max_tokens, max_count, max_latency_ms, max_fees_usd, max_ts, max_label_chars),
+                    threads: threads.max(1) })
     }
 
     /// Fold what the fast path takes of ``values`` (bytes or None each).
@@ -93,26 +127,7 @@ impl Folder {
         for item in &items {
             slices.push(item.cast::<PyBytes>().ok().map(|b| b.as_bytes()));
         }
-        let spec = Spec {
-            outcomes: self.outcomes.clone(),
-            arms: self.arms.clone(),
-            user_signals: self.user_signals.clone(),
-            slow_keys: self.slow_keys.clone(),
-            dims: self.dims.iter().map(|d| match dimension_field(d) {
-                Some(i) => Dim::Field(i),
-                None => Dim::Tag(d.clone()),
-            }).collect(),
-            now,
-            max_future_seconds: self.max_future_seconds,
-            pair_id_slow: self.pair_id_slow,
-            max_record_bytes: self.max_record_bytes,
-            max_tokens: self.limits.0,
-            max_count: self.limits.1,
-            max_latency_ms: self.limits.2,
-            max_fees_usd: self.limits.3,
-            max_ts: self.limits.4,
-            max_label_chars: self.limits.5,
-        };
+        let spec = self.spec(now);
         let sizes = self.sizes.clone();
         let bucketing = Bucketing::new(self.relative_accuracy, self.min_value);
         let n_outcomes = self.outcomes.len();
@@ -120,6 +135,7 @@ impl Folder {
         let slices_ref = &slices;
         let spec_ref = &spec;
         let lengths_ref = &part_lengths;
+        let threads = self.threads;
         let mut collector = join_arms.as_ref().map(|names| {
             join::Collector::new(&self.unknown, self.arms.iter().map(|a| names.contains(a)).collect())
         });
@@ -128,24 +144,43 @@ impl Folder {
             let mut grouper = Grouper::new(ndims, sizes, n_outcomes, bucketing, lengths_ref.len());
             let mut slow: Vec<usize> = Vec::new();
             let mut halves: Vec<halves::Half> = Vec::new();
-            let mut position = 0;
-            for (part, &length) in lengths_ref.iter().enumerate() {
-                for value in &slices_ref[position..position + length] {
-                    match value.and_then(|bytes| record::read(bytes, spec_ref)) {
-                        Some(fast) => {
-                            match collector_ref {
-                                Some(c) => c.add(part, position, &fast),
-                                None => {
-                                    if let Some(half) = halves::Half::of(position, &fast) {
-                                        halves.push(half);
-                                    }
+            let ends: Vec<usize> = lengths_ref.iter().scan(0, |end, &n| {
+                *end += n;
+                Some(*end)
+            }).collect();
+            let mut part = 0;
+            let mut take = |position: usize, fast: Option<_>| {
+                while ends[part] <= position {
+                    part += 1;
+                }
+                match fast {
+                    Some(fast) => {
+                        let ids = grouper.add(part, position, &fast);
+                        match collector_ref {
+                            Some(c) => c.add(part, position, &fast, &ids),
+                            None => {
+                                if let Some(half) = halves::Half::of(position, &fast) {
+                                    halves.push(half);
                                 }
                             }
-                            grouper.add(part, position, fast)
                         }
-                        None => slow.push(position),
                     }
-                    position += 1;
+                    None => slow.push(position),
+                }
+            };
+            if threads <= 1 {
+                let mut scratch = record::Raw::new(spec_ref);
+                for (position, value) in slices_ref.iter().enumerate() {
+                    take(position, value.and_then(|bytes| record::read(bytes, spec_ref, &mut scratch)));
+                }
+            } else {
+                let mut start = 0;
+                while start < slices_ref.len() {
+                    let end = (start + CHUNK).min(slices_ref.len());
+                    for (offset, fast) in read_chunk(&slices_ref[start..end], spec_ref, threads).into_iter().enumerate() {
+                        take(start + offset, fast);
+                    }
+                    start = end;
                 }
             }
             (grouper, slow, halves)
@@ -206,6 +241,46 @@ impl Folder {
         };
         (groups, PyList::new(py, slow)?, PyList::new(py, &grouper.parts)?, identities, halves).into_pyobject(py)
     }
+
+    /// For the differential tests: the positions of ``values`` where the hand-written reader
+    /// (`scan.rs`) and the serde reader differ in what they make of a record read at ``now``
+    /// (taken or left to Python, and every value the fold reads of a taken one).
+    fn reader_disagreements(&self, values: Vec<Option<Vec<u8>>>, now: f64) -> Vec<usize> {
+        let spec = self.spec(now);
+        let mut scratch = record::Raw::new(&spec);
+        values.iter().enumerate().filter_map(|(i, value)| {
+            let bytes = value.as_deref()?;
+            let scanned = record::read(bytes, &spec, &mut scratch);
+            let text = (bytes.len() <= spec.max_record_bytes).then(|| std::str::from_utf8(bytes).ok()).flatten();
+            let parsed = text.and_then(|t| record::read_serde(t, &spec));
+            (format!("{scanned:?}") != format!("{parsed:?}")).then_some(i)
+        }).collect()
+    }
+}
+
+/// Records read per round: a round's records are read (on `threads` threads), then grouped in order.
+const CHUNK: usize = 8192;
+
+/// Read `values` in order; with `threads` > 1 the chunk is split between that many threads.
+fn read_chunk<'a>(values: &[Option<&'a [u8]>], spec: &'a Spec, threads: usize) -> Vec<Option<record::Fast<'a>>> {
+    let read = |piece: &[Option<&'a [u8]>]| {
+        let mut scratch = record::Raw::new(spec);
+        piece.iter().map(|value| value.and_then(|bytes| record::read(bytes, spec, &mut scratch))).collect::<Vec<_>>()
+    };
+    if threads <= 1 || values.len() < 256 * threads {
+        return read(values);
+    }
+    let size = values.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let mut pieces = values.chunks(size);
+        let first = pieces.next().unwrap_or(&[]);
+        let others: Vec<_> = pieces.map(|piece| s.spawn(move || read(piece))).collect();
+        let mut out = read(first);
+        for other in others {
+            out.extend(other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+        }
+        out
+    })
 }
 
 /// The full-form field names the fast path knows (checked against `monitor.schema.KNOWN_FIELDS`):

@@ -12,6 +12,7 @@
 //! that both paths agree on every record they both see.
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use crate::scan::{same, scan, Keys, Scan};
 use std::borrow::Cow;
 use std::fmt;
 
@@ -30,7 +31,7 @@ const F_TS: usize = 1;
 const F_MODEL_ID: usize = 2;
 const F_OUTCOME: usize = 3;
 const F_ARM: usize = 4;
-const F_TAGS: usize = 5;
+pub(crate) const F_TAGS: usize = 5;
 const F_TRIAL: usize = 6;
 const F_FEES: usize = 7;
 const F_LATENCY_MS: usize = 8;
@@ -131,15 +132,21 @@ pub struct Spec {
     pub max_fees_usd: f64,
     pub max_ts: f64,
     pub max_label_chars: usize,
+    /// The names `scan.rs` looks up (built from `slow_keys` and `dims`).
+    pub keys: Keys,
 }
 
 /// `monitor.limits.label_problem` is None for an identifier: at most `max` code points.
 fn id_ok(text: &str, max: usize) -> bool {
-    text.chars().nth(max).is_none()
+    text.len() <= max || text.chars().nth(max).is_none()   // never more code points than bytes
 }
 
 /// `monitor.limits.label_problem` is None: at most `max` code points, no control or bidi characters.
 pub fn label_ok(text: &str, max: usize) -> bool {
+    // printable ASCII (the usual label) is one code point a byte, none of them refused
+    if text.len() <= max && text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return true;
+    }
     let mut n = 0;
     for c in text.chars() {
         n += 1;
@@ -153,7 +160,7 @@ pub fn label_ok(text: &str, max: usize) -> bool {
 }
 
 /// A tag value Python would accept: a scalar, label-safe when it is text.
-fn tag_value_ok(value: &Scalar, spec: &Spec) -> bool {
+pub(crate) fn tag_value_ok(value: &Scalar, spec: &Spec) -> bool {
     match value {
         Scalar::Str(s) => label_ok(s, spec.max_label_chars),
         Scalar::Map | Scalar::Seq => false,
@@ -259,12 +266,30 @@ impl<'de> de::Deserialize<'de> for Key<'de> {
 
 /// The raw field values of one JSON object, before the rules are applied.
 pub struct Raw<'a> {
-    fields: [Option<Scalar<'a>>; KNOWN_FIELDS.len()],
-    /// Per tag dimension: the value in `tags`, and the value of an unknown top-level field.
-    tag_in_tags: Vec<Option<Scalar<'a>>>,
-    tag_top: Vec<Option<Scalar<'a>>>,
-    tags_is_map: bool,
-    slow: bool,
+    pub(crate) fields: [Option<Scalar<'a>>; KNOWN_FIELDS.len()],
+    /// Per dimension (allocated only when some are tags): the value in `tags`, and the value of an
+    /// unknown top-level field (set only for tag dimensions).
+    pub(crate) tag_in_tags: Vec<Option<Scalar<'a>>>,
+    pub(crate) tag_top: Vec<Option<Scalar<'a>>>,
+    pub(crate) tags_is_map: bool,
+    pub(crate) slow: bool,
+}
+
+impl<'a> Raw<'a> {
+    pub fn new(spec: &Spec) -> Self {
+        let n = if spec.dims.iter().any(|d| matches!(d, Dim::Tag(_))) { spec.dims.len() } else { 0 };
+        Raw { fields: std::array::from_fn(|_| None), tag_in_tags: vec![None; n], tag_top: vec![None; n],
+              tags_is_map: false, slow: false }
+    }
+
+    /// Empty again, for the next record (no allocation).
+    pub fn clear(&mut self) {
+        for slot in self.fields.iter_mut().chain(&mut self.tag_in_tags).chain(&mut self.tag_top) {
+            *slot = None;
+        }
+        self.tags_is_map = false;
+        self.slow = false;
+    }
 }
 
 /// Reads the `tags` object, keeping only the values of tag dimensions.
@@ -329,14 +354,7 @@ impl<'de, 's> Visitor<'de> for RecordSeed<'s> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let spec = self.spec;
-        let ndims = spec.dims.len();
-        let mut raw = Raw {
-            fields: std::array::from_fn(|_| None),
-            tag_in_tags: vec![None; ndims],
-            tag_top: vec![None; ndims],
-            tags_is_map: false,
-            slow: false,
-        };
+        let mut raw = Raw::new(spec);
         let mut seen: Vec<Cow<'de, str>> = Vec::new(); // the unknown keys so far
         while let Some(key) = map.next_key::<Key<'de>>()? {
             let key = key.0;
@@ -398,6 +416,7 @@ impl<'de, 's> Visitor<'de> for RecordSeed<'s> {
 }
 
 /// A trace the fast path accepted: what the fold reads of it.
+#[derive(Debug)]
 pub struct Fast<'a> {
     pub ts: f64,
     pub model_id: Cow<'a, str>,
@@ -489,26 +508,39 @@ fn flag(v: &Option<Scalar>) -> Result<Option<bool>, ()> {
 fn choice(v: &Option<Scalar>, allowed: &[String]) -> Result<Option<usize>, ()> {
     match v {
         None | Some(Scalar::Null) => Ok(None),
-        Some(Scalar::Str(s)) => allowed.iter().position(|a| a == s.as_ref()).map(Some).ok_or(()),
+        Some(Scalar::Str(s)) => allowed.iter().position(|a| same(a.as_bytes(), s.as_bytes())).map(Some).ok_or(()),
         _ => Err(()),
     }
 }
 
 /// Parse and validate one record: `Some` when the fast path takes it, `None` for Python.
-pub fn read<'a>(bytes: &'a [u8], spec: &'a Spec) -> Option<Fast<'a>> {
+///
+/// `scratch` is any [`Raw`] of this batch's spec (reused between records so that the scanner neither
+/// allocates nor moves one per record).
+pub fn read<'a>(bytes: &'a [u8], spec: &'a Spec, scratch: &mut Raw<'a>) -> Option<Fast<'a>> {
     if bytes.len() > spec.max_record_bytes {
         return None;
     }
-    // serde_json skips the strings of ignored fields without checking their
-    // UTF-8 or their escapes; orjson rejects both, so check them here
-    let text = std::str::from_utf8(bytes).ok()?;
+    scratch.clear();
+    match scan(bytes, spec, &spec.keys, scratch) {
+        Scan::Raw => check(scratch, spec).ok(),
+        Scan::Slow => None,
+        // serde_json skips the strings of ignored fields without checking their
+        // UTF-8 or their escapes; orjson rejects both, so check them here
+        Scan::Serde => read_serde(std::str::from_utf8(bytes).ok()?, spec),
+    }
+}
+
+/// [`read`] with the serde reader only (after the size and UTF-8 checks): what `scan.rs` must agree with.
+pub fn read_serde<'a>(text: &'a str, spec: &'a Spec) -> Option<Fast<'a>> {
+    let bytes = text.as_bytes();
     if bytes.contains(&b'\\') && has_surrogate_escape(bytes) {
         return None;
     }
     let mut de = serde_json::Deserializer::from_str(text);
     let raw = RecordSeed { spec }.deserialize(&mut de).ok()?;
     de.end().ok()?;
-    check(raw, spec).ok()
+    check(&raw, spec).ok()
 }
 
 /// A `\uD800`..`\uDFFF` escape anywhere (a lone surrogate is invalid for orjson; a pair is rare enough).
@@ -517,7 +549,7 @@ fn has_surrogate_escape(bytes: &[u8]) -> bool {
         && matches!(w[3] | 0x20, b'8' | b'9' | b'a'..=b'f'))
 }
 
-fn check<'a>(raw: Raw<'a>, spec: &'a Spec) -> Result<Fast<'a>, ()> {
+fn check<'a>(raw: &Raw<'a>, spec: &'a Spec) -> Result<Fast<'a>, ()> {
     if raw.slow {
         return Err(());
     }

@@ -19,6 +19,7 @@ from monitor.pricing import PriceMap
 from monitor.slices import Slicer
 from monitor.store.memory import MemoryStore
 from monitor.store.redis import reads as exporter_reads
+from monitor.store.redis.packed import window_fields
 from monitor.store.redis.reads import SpanReader
 from monitor.store.redis.store import COUNT_BUCKET_WINDOWS, RedisStore
 from monitor.windows import MINUTE
@@ -171,7 +172,7 @@ def test_window_counts_equal_the_windows_traces_and_expire_with_their_last_windo
         bucket = store.count_bucket(MINUTE, int(start))
         assert bucket % (60 * COUNT_BUCKET_WINDOWS) == 0 and bucket <= int(start) < bucket + 3600
         count_key = store.count_key("1m", bucket, sid)
-        assert int(redis_client.hget(count_key, start)) == int(redis_client.hget(key, "traces"))
+        assert int(redis_client.hget(count_key, start)) == int(window_fields(redis_client.hgetall(key))["traces"])
         last_window_expiry = MINUTE.expire_at(bucket + 60 * (COUNT_BUCKET_WINDOWS - 1))
         assert abs(redis_client.expiretime(count_key) - last_window_expiry) <= 1
         checked += 1

@@ -11,6 +11,7 @@ from monitor.pricing import PriceMap
 from monitor.schema import validate
 from monitor.slices import Slicer
 from monitor.store.memory import MemoryStore
+from monitor.store.redis.packed import window_fields
 from monitor.store.redis.store import RedisGuard, RedisStore
 
 NOW = time.time()  # window keys expire at real time (EXPIREAT), so event times are recent
@@ -95,8 +96,9 @@ def test_an_apply_merges_into_existing_hashes_exactly_even_very_wide_ones(redis_
         assert store.apply(fold(batch, slicer, NOW))
     # the tenant grouping's row (the other is the whole fleet's, id "")
     (key,) = [k for k in redis_client.scan_iter(match=f"{store.prefix}:w:1m:*") if k.endswith(b"tenant=unknown")]
-    stored = {k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()}
+    stored = window_fields(redis_client.hgetall(key))  # a window is one packed field (layout)
     assert len(stored) > 9000
+    assert redis_client.hlen(store.total_key("tenant=unknown")) > 9000  # totals: field by field, in parts
     assert stored["traces"] == "6000"
     assert all(stored[f"tokens_in:{m}"] == str(2 * (big + i)) for i, m in enumerate(models))
     assert abs(float(stored["fees_usd"]) - 600.0) < 1e-9

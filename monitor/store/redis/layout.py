@@ -6,7 +6,7 @@ these constants), the exporter's reads and ``fleetmon rebuild``'s patterns.
 Key layout (``P`` = key prefix, default ``fleetmon``):
 
 ========================================  =========================================
-``P:w:<res>:<start>:<slice id>``          hash, window aggregate (EXPIREAT window end + retention)
+``P:w:<res>:<start>:<slice id>``          hash, window aggregate, packed in one field (EXPIREAT window end + retention)
 ``P:wc:<res>:<bucket>:<slice id>``        hash, window start → its ``traces`` (EXPIREAT as the bucket's last window)
 ``P:t:<slice id>``                        hash, cumulative per-slice totals
 ``P:slices``                              zset, slice id → latest event time
@@ -21,10 +21,22 @@ Key layout (``P`` = key prefix, default ``fleetmon``):
 ``P:state:<name>``                        string, JSON state (the alert engine's lifecycle)
 ========================================  =========================================
 
-Window and totals hashes hold an aggregate's fields (:meth:`monitor.aggregate.Aggregate.to_dict`);
-their ``traces`` field (:data:`VERSION_FIELD`) grows with every write, so readers use a totals hash's
-as the slice's version. ``<bucket>`` is the window start aligned down to :data:`COUNT_BUCKET_WINDOWS`
-windows; a count field equals the ``traces`` of its window hash (both written by one atomic apply).
+Totals hashes hold an aggregate's fields (:meth:`monitor.aggregate.Aggregate.to_dict`), one hash
+field each; their ``traces`` field (:data:`VERSION_FIELD`) grows with every write, so readers use a
+totals hash's as the slice's version. A window hash holds one field, ``packed``
+(:data:`PACKED_FIELD`): the JSON array ``[field, value, ...]`` of the aggregate's fields but its sketch
+buckets (values as decimal text, as a field would hold them), a newline, then ``index count ...`` of
+the ``latency:<index>`` buckets: the format the read scripts send a hash in (:mod:`monitor.store.redis.wire`),
+so a fetch sends it as it is. The apply script merges an increment into it (integers exact below 2**53,
+floats printed with 17 digits, as HINCRBY / HINCRBYFLOAT would), and rewrites a window still held
+field by field (written before windows were packed, or edited by hand) as packed. One field instead of
+~60 to ~160 makes the apply script ~5x cheaper on a replay, whose batches write mostly new windows
+(docs/operating.md).
+Every reader goes through the read scripts (``MERGE``, ``FETCH``), which accept both forms;
+:func:`monitor.store.redis.packed.window_fields` decodes a raw window hash in Python.
+
+``<bucket>`` is the window start aligned down to :data:`COUNT_BUCKET_WINDOWS` windows; a count field
+equals the ``traces`` of its window's aggregate (both written by one atomic apply).
 
 On a Redis Cluster (:mod:`monitor.store.redis.cluster`) the same layout is used once per Kafka
 partition under ``P:{t:<topic>:<partition>}`` (every key of one apply in that hash tag's slot) and
@@ -70,6 +82,9 @@ VERSION_FIELD = "traces"
 GENERATION_ID_FIELD = "id"
 RESTORES_FIELD = "restores"
 REBUILDS_FIELD = "rebuilds"
+
+#: The one field of a window hash: its aggregate, packed (see the module docstring).
+PACKED_FIELD = "packed"
 
 #: Windows per count hash (``P:wc:...``): an hour of minute windows, 60 hours of hour windows.
 COUNT_BUCKET_WINDOWS = 60

@@ -3,6 +3,8 @@
 Scripts touch only keys passed in KEYS or built from prefixes passed in ARGV; the
 family names and hash fields they need come from :mod:`monitor.store.redis.layout`
 (substituted once, at import). Each script is atomic: one snapshot, all or nothing.
+The Lua of the packed window format (``merged``, ``encode``) that APPLY, FETCH and TOTALS
+start with lives beside its Python half, in :mod:`monitor.store.redis.packed`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from string import Template
 from monitor.aggregate import FLOAT_FIELDS, LATENCY_PREFIX
 from monitor.sketch import ZERO_KEY
 from monitor.store.redis import layout
+from monitor.store.redis.packed import PACKING
 
 #: The float fields of an aggregate, in the order the fetch script returns them.
 FLOATS = tuple(sorted(FLOAT_FIELDS))
@@ -26,7 +29,7 @@ def _lua(text: str) -> str:
         version=layout.VERSION_FIELD, offsets=layout.OFFSETS, generation_id=layout.GENERATION_ID_FIELD,
         generation=layout.GENERATION, rebuilds=layout.REBUILDS_FIELD, latency=LATENCY_PREFIX,
         latency_length=len(LATENCY_PREFIX), latency_zero=LATENCY_PREFIX + ZERO_KEY,
-        whole=WHOLE_TOTALS, floats=", ".join(f"'{name}'" for name in FLOATS))
+        whole=WHOLE_TOTALS, floats=", ".join(f"'{name}'" for name in FLOATS), packed=layout.PACKED_FIELD)
 
 
 # KEYS[1]: the offsets hash, KEYS[2]: the slices zset, KEYS[3]: the generation hash. ARGV[1]: JSON
@@ -37,7 +40,7 @@ def _lua(text: str) -> str:
 # or those sources' watermarks are missing or below the expected ones), {0, source, watermark}
 # (refused, nothing written: a source's watermark is at or past its first offset) or {1, generation}
 # (applied, every watermark advanced; the generation written if there was none).
-APPLY = _lua("""
+APPLY = PACKING + _lua("""
 local generation = redis.call('HGET', KEYS[3], '$generation_id')
 if ARGV[4] ~= '' then
   local expect = cjson.decode(ARGV[4])
@@ -61,6 +64,20 @@ for _, r in ipairs(ranges) do
   end
 end
 local ops = cjson.decode(ARGV[2])
+-- windows: one packed field each (PACKING), one read and one write; a window still held field by
+-- field (written before windows were packed) is rewritten packed, its TTL set again below
+for key, packed in pairs(ops.windows or {}) do
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then
+    redis.call('HSET', key, '$packed', packed)
+  elseif #flat == 2 and flat[1] == '$packed' then
+    redis.call('HSET', key, '$packed', merged(flat[2], packed))
+  else
+    local old = encode(flat)
+    redis.call('DEL', key)
+    redis.call('HSET', key, '$packed', merged(old, packed))
+  end
+end
 -- one read and one write per hash (not one HINCRBY per field: twice the
 -- cost on listpack hashes); sums are exact below 2^53, as HINCRBY's are
 for key, fields in pairs(ops.ints) do
@@ -121,8 +138,19 @@ return {1, generation}
 """)
 
 # KEYS: the hashes of every group, in order; ARGV: each group's number of keys. Returns per
-# group the field-wise sum of its hashes as [field, value, ...] (values printed with 17 digits).
-MERGE = """
+# group the field-wise sum of its hashes as [field, value, ...] (values printed with 17 digits;
+# a packed window's fields and latency:<index> buckets added as if held field by field).
+MERGE = _lua("""
+local find, gmatch, sub, tonumber = string.find, string.gmatch, string.sub, tonumber
+local function add_packed(sum, text)
+  local nl = find(text, '\\n', 1, true)
+  local plain = cjson.decode(sub(text, 1, nl - 1))
+  for j = 1, #plain, 2 do sum[plain[j]] = (sum[plain[j]] or 0) + tonumber(plain[j + 1]) end
+  for i, n in gmatch(sub(text, nl + 1), '(%S+) (%S+)') do
+    local f = '$latency' .. i
+    sum[f] = (sum[f] or 0) + tonumber(n)
+  end
+end
 local out = {}
 local pos = 1
 for g = 1, #ARGV do
@@ -131,7 +159,11 @@ for g = 1, #ARGV do
   for i = pos, pos + n - 1 do
     local flat = redis.call('HGETALL', KEYS[i])
     for j = 1, #flat, 2 do
-      sum[flat[j]] = (sum[flat[j]] or 0) + tonumber(flat[j + 1])
+      if flat[j] == '$packed' then
+        add_packed(sum, flat[j + 1])
+      else
+        sum[flat[j]] = (sum[flat[j]] or 0) + tonumber(flat[j + 1])
+      end
     end
   end
   pos = pos + n
@@ -143,7 +175,7 @@ for g = 1, #ARGV do
   out[#out + 1] = group
 end
 return out
-"""
+""")
 
 # KEYS[1]: a dimension's admitted set; ARGV: the value, the cap. Returns 1 (admitted) or 0.
 ADMIT = """
@@ -187,26 +219,8 @@ end
 return out
 """)
 
-# A hash as one string: the JSON array [field, value, ...] of its fields but the
-# sketch buckets, a newline (JSON escapes its own), then "index count ..." of the
-# latency:<index> buckets, most of a totals hash and much faster parsed as numbers.
-ENCODE = _lua("""
-local call, sub, tonumber = redis.call, string.sub, tonumber
-local function encode(flat)
-  local plain, buckets = {}, {}
-  for j = 1, #flat, 2 do
-    local f = flat[j]
-    if sub(f, 1, $latency_length) == '$latency' and f ~= '$latency_zero' then
-      buckets[#buckets + 1] = sub(f, $latency_length + 1)
-      buckets[#buckets + 1] = flat[j + 1]
-    else
-      plain[#plain + 1] = f
-      plain[#plain + 1] = flat[j + 1]
-    end
-  end
-  return cjson.encode(plain) .. '\\n' .. table.concat(buckets, ' ')
-end
-""")
+# A hash as one string (the packed form: see PACKING); FETCH and TOTALS send every hash so.
+ENCODE = PACKING
 
 # KEYS: per slice its totals hash, then its window hashes. ARGV: per slice the
 # number of windows, then WHOLE_TOTALS (send the whole totals) or TOTALS_FLOATS

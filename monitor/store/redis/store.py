@@ -7,7 +7,8 @@ partitions (sources); if any source's watermark is at or past its first offset
 nothing is written and the refusal names that watermark; otherwise every
 increment, TTL, zset update and waiting pair half is written and every watermark
 advanced, so a redelivered batch is skipped and a half-applied batch cannot
-exist. The same apply adds each window's trace count to its count hash
+exist. A window hash is one packed field (:mod:`monitor.store.redis.layout`) that the
+apply merges into. The same apply adds each window's trace count to its count hash
 (``P:wc:...``), so a count field always equals its window's ``traces``; a count
 hash expires with the last window it can hold, so a reader must not trust a
 field whose window is past retention. Reads merge hashes server-side, one
@@ -55,6 +56,7 @@ from monitor.store.redis.layout import (
     count_bucket,
     last_window_of_bucket,
 )
+from monitor.store.redis.packed import pack
 from monitor.store.redis.wire import text
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
 
@@ -119,13 +121,15 @@ class RedisStore:
     def payload(self, delta: BatchDelta, pending: PendingChanges | None = None) -> str:
         """The JSON the apply script reads: every increment, expiry, zset score and waiting pair half.
 
-        Values are decimal text (HINCRBY/HINCRBYFLOAT take them as they are;
+        A window's increment is its packed text (:func:`monitor.store.redis.packed.pack`, merged by
+        the script); other hashes' are per field. Values are decimal text (HINCRBY/HINCRBYFLOAT take them as they are;
         a Lua number would be printed with 14 digits). ``pending`` maps a
         source to the pair halves that start waiting (``{pair_id: half}``)
         and stop waiting (pair ids) in its ``P:pending:<source>`` hash.
         """
         ints: dict[str, dict[str, str]] = {}
         floats: dict[str, dict[str, str]] = {}
+        windows: dict[str, str] = {}
         expire_at: dict[str, str] = {}
 
         def add(key: str, agg: Aggregate) -> None:
@@ -151,7 +155,7 @@ class RedisStore:
         window_key, count_key = keys.window, keys.window_counts
         for (res, start, sid), agg in delta.windows.items():
             key = window_key(res, start, sid)
-            add(key, agg)
+            windows[key] = pack(agg)
             at = delta.expire_at[(res, start)]
             expire_at[key] = str(at)
             resolution = by_name.get(res)
@@ -175,8 +179,8 @@ class RedisStore:
                       "registry": keys.identity_base(),  # the registry set: see release_identities
                       "hashes": {keys.identity(release): {name: repr(float(ts)) for name, ts in fields.items()}
                                  for release, fields in delta.identities.items()}}
-        return json.dumps({"ints": ints, "floats": floats, "expire_at": expire_at, "last_seen": delta.last_seen,
-                           "pending": waiting, "identities": identities})
+        return json.dumps({"windows": windows, "ints": ints, "floats": floats, "expire_at": expire_at,
+                           "last_seen": delta.last_seen, "pending": waiting, "identities": identities})
 
     def pending(self, source: str) -> dict[str, str]:
         return {text(k): text(v) for k, v in self.client.hgetall(self.keys.pending(source)).items()}

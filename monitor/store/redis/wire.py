@@ -3,7 +3,8 @@
 The three read scripts (``counts``, ``fetch``, ``totals`` of :mod:`monitor.store.redis.scripts`,
 one atomic snapshot each) and the format a hash travels in: one string, the JSON of
 its plain fields, then its sketch buckets as plain numbers, which costs far less
-to parse than redis-py's reply of hundreds of fields (:func:`decode_hash`).
+to parse than redis-py's reply of hundreds of fields (:func:`decode_hash`); a window hash is
+stored in that very format (:mod:`monitor.store.redis.packed`), so a fetch sends it as it is.
 :class:`Scripts` calls them one at a time; :class:`Wire` sends calls ahead of
 reading their replies on one connection, so Redis runs them on its own core while
 this process works on earlier replies.

@@ -78,3 +78,4 @@ def test_a_count_that_went_down_is_a_fresh_sum():
 def test_buckets_that_do_not_come_in_pairs_are_refused():
     with pytest.raises(ValueError, match="counts >= 0 in pairs"):
         fresh_spans("1", {0: b'["traces","1"]\n7 -2'}, (0,), (1,))
+
