@@ -33,7 +33,16 @@ Per shape:
 Rates are steady-state: records handled after the first observation divided
 by the time since it (the bare consumer's first fetch; the worker's first
 applied batch), so process start-up and group joins are excluded from both;
-the worker's wall time from spawn is reported too. ``--profile DIR`` attaches
+the worker's wall time from spawn is reported too. CPU, less noisy than the
+rates on a shared machine (for comparing two builds on one shape): the worker
+process's from spawn to its last apply (``/proc/<pid>/stat``, all its threads,
+start-up included: imports and the group join, about a second),
+``worker_cpu_seconds`` and per trace ``worker_cpu_us_per_trace``; the bare
+consumer's (the bench process, nothing else running in it) per record,
+``bare_cpu_us_per_record``. Kafka's and Redis's CPU are in neither (Redis's is
+``redis_cpu_seconds``). Rates and CPU are not comparable with each other: the
+steady-state rates leave out what the worker fetched before its first apply.
+``--profile DIR`` attaches
 ``py-spy`` (when installed) to each worker and writes its samples to
 ``DIR/<shape>.txt``. Prints a table and, as the last line, one JSON object:
 the plain shape's ``traces_per_s``, ``bare_consumer_per_s``, ``ratio``, then
@@ -148,19 +157,20 @@ async def bare_consumer(bootstrap: str, topic: str, n: int, batch: int) -> dict[
     try:
         seen = first_batch = 0
         first_at = None
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         while seen < n:
             fetched = await consumer.getmany(timeout_ms=1000, max_records=batch)
             got = sum(len(records) for records in fetched.values())
             if got and first_at is None:
                 first_at, first_batch = time.perf_counter(), got
             seen += got
-        done = time.perf_counter()
+        done, done_cpu = time.perf_counter(), time.process_time()
     finally:
         await consumer.stop()
     if first_at is None:
         raise RuntimeError(f"no record arrived from {topic}")
-    return {"per_s": (seen - first_batch) / (done - first_at), "wall_seconds": done - started}
+    return {"per_s": (seen - first_batch) / (done - first_at), "wall_seconds": done - started,
+            "cpu_us_per_record": (done_cpu - started_cpu) * 1e6 / max(1, seen)}
 
 
 async def bare_iterator(bootstrap: str, topic: str, n: int) -> dict[str, float]:
@@ -249,7 +259,7 @@ def worker_run(bootstrap: str, redis_url: str, topic: str, ends: dict[int, int],
                 if now - spawned > timeout_seconds:
                     raise RuntimeError(f"worker did not finish within {timeout_seconds} s; see {log_path}")
                 time.sleep(0.02)
-            done = time.perf_counter()
+            done, done_cpu = time.perf_counter(), _cpu_seconds(proc.pid)
             peak_rss_kb = max(peak_rss_kb, _peak_rss_kb(proc.pid))
         finally:
             _stop_profiler(spy)
@@ -275,11 +285,22 @@ def worker_run(bootstrap: str, redis_url: str, topic: str, ends: dict[int, int],
     return {"per_s": (total - first_count) / (done - first_at), "wall_seconds": done - spawned,
             "counted": counted, "pairs": pairs, "waiting_halves": waiting, "redis_cpu_seconds": redis_cpu,
             "redis_script_seconds": script_usec / 1e6, "peak_rss_mb": peak_rss_kb / 1024,
-            "window_keys": keys, "minute_window_bytes": sample_bytes}
+            "window_keys": keys, "minute_window_bytes": sample_bytes,
+            "cpu_seconds": done_cpu, "cpu_us_per_trace": done_cpu * 1e6 / max(1, total)}
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The user + system CPU seconds process ``pid`` has used (``/proc/<pid>/stat``; its threads included)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
 
 
 def _peak_rss_kb(pid: int) -> int:
@@ -360,12 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"throughput bench: {args.n:,} traces per shape, {args.partitions} partitions, Kafka {args.bootstrap}, "
           f"Redis {args.redis} (ratios: worker / bare consumer on the same topic, same run)")
     print(f"{'shape':<9} {'pairs':>6} {'span s':>7} {'bare/s':>10} {'worker/s':>10} {'ratio':>6} {'wall s':>7} "
-          f"{'RSS MB':>7} {'Redis CPU s':>11} {'script µs/trace':>15} {'exact':>6}")
+          f"{'RSS MB':>7} {'Redis CPU s':>11} {'script µs/trace':>15} {'CPU µs/trace':>12} {'exact':>6}")
     for name, r in results.items():
         w = r["worker"]
         print(f"{name:<9} {r['pair_share']:>6.0%} {r['event_span_seconds']:>7.0f} {r['bare']['per_s']:>10,.0f} "
               f"{w['per_s']:>10,.0f} {r['ratio']:>6.3f} {w['wall_seconds']:>7.1f} {w['peak_rss_mb']:>7.0f} "
-              f"{w['redis_cpu_seconds']:>11.2f} {w['redis_script_seconds'] * 1e6 / args.n:>15.2f} {r['exact']!s:>6}")
+              f"{w['redis_cpu_seconds']:>11.2f} {w['redis_script_seconds'] * 1e6 / args.n:>15.2f} "
+              f"{w['cpu_us_per_trace']:>12.2f} {r['exact']!s:>6}")
     first = results[names[0]]
     if first["iterated"] is not None:
         print(f"bare consumer one message at a time (async for, {names[0]}): {first['iterated']['per_s']:,.0f}/s")
@@ -388,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
         "redis_cpu_seconds": round(r["worker"]["redis_cpu_seconds"], 2),
         "redis_script_us_per_trace": round(r["worker"]["redis_script_seconds"] * 1e6 / args.n, 3),
         "window_keys": r["worker"]["window_keys"], "minute_window_bytes": r["worker"]["minute_window_bytes"],
+        "worker_cpu_seconds": round(r["worker"]["cpu_seconds"], 2),
+        "worker_cpu_us_per_trace": round(r["worker"]["cpu_us_per_trace"], 2),
+        "bare_cpu_us_per_record": round(r["bare"]["cpu_us_per_record"], 2),
         "counted_exact": r["exact"]} for name, r in results.items()}
     print(json.dumps(out))
     return 0 if out["counted_exact"] else 1

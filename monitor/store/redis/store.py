@@ -353,10 +353,8 @@ class RedisStore:
 
     def clear(self) -> int:
         """Delete every key under the prefix (used by rebuild); returns how many."""
-        deleted = 0
-        for key in self.client.scan_iter(match=self.keys.everything(), count=1000):
-            deleted += self.client.delete(key)
-        return deleted
+        keys = list(self.client.scan_iter(match=self.keys.everything(), count=1000))
+        return sum(int(self.client.delete(*keys[at:at + 1000])) for at in range(0, len(keys), 1000))
 
 
 class Admitting(Protocol):
