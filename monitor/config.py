@@ -137,6 +137,7 @@ class WorkerConfig:
     partitions: int = 4                   # partitions of the topics the worker creates
     session_timeout: float = 10.0         # consumer group session timeout, seconds
     native: bool = True                   # fold with the native fast path (streams.native) when installed
+    native_threads: int = 1               # threads that read a batch's records natively (grouping stays on one)
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,7 @@ WORKER_KNOBS: dict[str, Callable[[str], Any]] = {
     "partitions": lambda t: parse_positive(int, "partitions", t),
     "session_timeout": lambda t: parse_positive(float, "session timeout", t),
     "native": lambda t: parse_switch("native", t),
+    "native_threads": lambda t: parse_positive(int, "native threads", t),
 }
 
 
@@ -333,7 +335,8 @@ def _check(config: Config) -> None:
         raise bad("exporter.port", config.exporter.port, "a TCP port in 1..65535")
     if config.pricing.price_map and not Path(config.pricing.price_map).is_file():
         raise bad("pricing.price_map", config.pricing.price_map, "a readable TOML file, or empty for the default")
-    for key in ("batch_max_records", "batch_within", "max_record_bytes", "partitions", "session_timeout"):
+    for key in ("batch_max_records", "batch_within", "max_record_bytes", "partitions", "session_timeout",
+                "native_threads"):
         if not getattr(config.worker, key) > 0:
             raise bad(f"worker.{key}", getattr(config.worker, key), "a number > 0")
 

@@ -32,6 +32,7 @@ class WorkerSettings:
     partitions: int = 4
     session_timeout_seconds: float = 10.0
     native: bool = True
+    native_threads: int = 1                   # threads that read a batch's records natively
     pair_ttl_seconds: float | None = 3600.0
     #: Per-trace caps of the paired cost and latency sums (alerts.cost_cap_usd, alerts.latency_cap).
     pair_caps: Caps = DEFAULT_CAPS
@@ -53,6 +54,7 @@ class WorkerSettings:
                 "windows": {r.name: r.retention_seconds for r in self.resolutions},
                 "batch_max_records": self.batch_max_records, "batch_within_seconds": self.batch_within_seconds,
                 "pair_ttl_seconds": self.pair_ttl_seconds, "native": self.native,
+                "native_threads": self.native_threads,
                 "security_protocol": self.kafka.security_protocol}
 
 
@@ -71,7 +73,8 @@ def worker_settings(config: Config, *, pairing: bool = True) -> WorkerSettings:
         groupings=config.slices.grouping_set(),
         batch_max_records=w.batch_max_records, batch_within_seconds=w.batch_within,
         max_record_bytes=w.max_record_bytes, partitions=w.partitions, session_timeout_seconds=w.session_timeout,
-        native=w.native, pair_ttl_seconds=config.seconds("alerts", "pair_ttl") if pairing else None,
+        native=w.native, native_threads=w.native_threads,
+        pair_ttl_seconds=config.seconds("alerts", "pair_ttl") if pairing else None,
         pair_caps=pair_caps(config),
         price_map=config.pricing.price_map)
 

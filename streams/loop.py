@@ -86,7 +86,7 @@ class ConsumeLoop:
         self.native: NativeFolder | None = None
         if settings.native and native_available():
             self.native = NativeFolder(settings.dimensions, settings.resolutions,
-                                       max_record_bytes=settings.max_record_bytes)
+                                       max_record_bytes=settings.max_record_bytes, threads=settings.native_threads)
         elif settings.native:
             log.warning("the native fold (fleetmon_native) is not installed: folding in Python, "
                         "several times slower; `make install` builds it")

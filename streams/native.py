@@ -23,7 +23,6 @@ they have one definition. The module is optional: without it, or with
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,14 +49,6 @@ except ImportError:  # pragma: no cover - built by `make install`; the worker th
 #: Keys that always send a record to Python: the OTel aliases are renamed
 #: there, and ``_lat_seconds`` is the compact form's internal latency name.
 SLOW_KEYS = (*ALIASES, "_lat_seconds")
-
-
-def read_threads() -> int:
-    """Threads that read a batch's records natively: ``FLEETMON_NATIVE_THREADS`` (default 1)."""
-    text = os.environ.get("FLEETMON_NATIVE_THREADS", "1")
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"FLEETMON_NATIVE_THREADS must be an integer >= 1, got {text!r}")
-    return int(text)
 
 
 def available() -> bool:
@@ -95,7 +86,7 @@ class NativeFolder:
 
     def __init__(self, dimensions: Sequence[str], resolutions: Sequence[Resolution], *,
                  max_record_bytes: int, pair_id_slow: bool = False, native_join: bool = True,
-                 threads: int | None = None) -> None:
+                 threads: int = 1) -> None:
         if _native is None:
             raise RuntimeError("the native fold (fleetmon_native) is not installed; run `make install`")
         self.dimensions = tuple(dimensions)
@@ -108,7 +99,7 @@ class NativeFolder:
             pair_id_slow=pair_id_slow, relative_accuracy=DEFAULT_RELATIVE_ACCURACY, min_value=DEFAULT_MIN_VALUE,
             max_tokens=limits.MAX_TOKENS, max_count=limits.MAX_COUNT, max_latency_ms=limits.MAX_LATENCY_MS,
             max_fees_usd=limits.MAX_FEES_USD, max_ts=limits.MAX_TS, max_label_chars=limits.MAX_LABEL_CHARS,
-            threads=read_threads() if threads is None else threads)
+            threads=threads)
 
     def folds_like(self, dimensions: Sequence[str], resolutions: Sequence[Resolution]) -> bool:
         """True when this folder groups by ``dimensions`` and the windows of ``resolutions``."""

@@ -83,3 +83,15 @@ def test_an_empty_worker_variable_is_ignored_and_a_bad_file_value_is_named(tmp_p
         load(path, env={})
     with pytest.raises(ValueError, match="--batch-within-seconds: batch within must be a number > 0"):
         parse(["--batch-within", "0"])
+
+
+def test_native_threads_is_checked_and_reaches_the_worker(tmp_path):
+    with pytest.raises(ValueError, match="FLEETMON_WORKER_NATIVE_THREADS: native threads must be a number > 0, "
+                                         "got '0'"):
+        load(env={"FLEETMON_WORKER_NATIVE_THREADS": "0"})
+    path = tmp_path / "fleetmon.toml"
+    path.write_text("[worker]\nnative_threads = 0\n")
+    with pytest.raises(ConfigError, match=r"worker\.native_threads must be a number > 0, got 0"):
+        load(path, env={})
+    assert settings_from(None, {"FLEETMON_WORKER_NATIVE_THREADS": "3"}).native_threads == 3
+    assert settings_from(None, {}).native_threads == 1

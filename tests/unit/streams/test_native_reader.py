@@ -17,7 +17,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -205,9 +204,3 @@ def test_reading_on_threads_folds_the_same(values, threads, parts):
     one, many = (NativeFolder(DIMENSIONS, RESOLUTIONS, max_record_bytes=4096, native_join=False, threads=n)
                  for n in (1, threads))
     assert folded(one.fold(values, NOW, lengths)) == folded(many.fold(values, NOW, lengths))
-
-
-def test_the_thread_count_is_checked(monkeypatch):
-    monkeypatch.setenv("FLEETMON_NATIVE_THREADS", "0")
-    with pytest.raises(ValueError, match="FLEETMON_NATIVE_THREADS must be an integer >= 1, got '0'"):
-        folder()
