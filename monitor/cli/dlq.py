@@ -81,6 +81,12 @@ def _run(args: argparse.Namespace, action: Any) -> int:
     except ValueError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from streams.kafka_auth import refused_credentials
+
+    refused = refused_credentials(settings.kafka)
+    if refused is not None:
+        print(f"{name}: Kafka at {settings.bootstrap} refused the credentials: {refused}", file=sys.stderr)
+        return EXIT_SERVICE
     try:
         result: int = action(settings)
         return result

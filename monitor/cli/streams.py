@@ -90,6 +90,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     from monitor.emitter import EmitError, TraceEmitter
     from monitor.offline.loaders import InputError
+    from streams.kafka_auth import refused_credentials
     from streams.replay import replay
 
     try:
@@ -103,6 +104,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     total = _count_lines(args.file)
     if total is not None and args.file.lower().endswith(".csv"):
         total = max(0, total - 1)  # the header
+    refused = refused_credentials(settings.kafka)
+    if refused is not None:
+        print(f"fleetmon replay: Kafka at {settings.bootstrap} refused the credentials: {refused}", file=sys.stderr)
+        return EXIT_SERVICE
     try:
         emitter = TraceEmitter(topic=settings.topic, kafka=settings.kafka)
     except KafkaError as exc:

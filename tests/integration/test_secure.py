@@ -36,8 +36,9 @@ from tests.support.paths import ROOT
 from tests.support.secure import delete_prefix, free_port, start_secure_services
 from tests.support.webhook import Receiver
 
+#: replay and dlq ask the broker with aiokafka before building their kafka-python client
+KAFKA_REFUSED = r"Kafka at 127\.0\.0\.1:\d+ refused the credentials: .*SaslAuthenticationFailed.*invalid credentials"
 WORKER_EXIT_SECONDS = 90      # a wrong password must end the process well within this
-REPLAY_EXIT_SECONDS = 120     # kafka-python gives up bootstrapping after its own timeout (~30 s)
 
 
 def secrets_of(config: Config) -> list[str]:
@@ -228,7 +229,8 @@ def _with_password(secure_config: Path, tmp_path: Path, component: str) -> Path:
     ("worker", "redis", r"redis at rediss://fleetmon:\*\*\*@.* refused the credentials"),
     ("exporter", "redis", r"redis at rediss://fleetmon:\*\*\*@.* refused the credentials"),
     ("stats", "redis", r"redis at rediss://fleetmon:\*\*\*@.* refused the credentials"),
-    ("replay", "kafka", r"cannot reach Kafka at 127\.0\.0\.1:\d+"),
+    ("replay", "kafka", KAFKA_REFUSED),
+    ("dlq", "kafka", KAFKA_REFUSED),
 ])
 def test_a_wrong_password_is_a_clear_error_naming_the_component(
         config: Config, secure_config: Path, secure_topics: Callable[[], str], tmp_path: Path,
@@ -243,8 +245,10 @@ def test_a_wrong_password_is_a_clear_error_naming_the_component(
         traces = tmp_path / "one.jsonl"
         traces.write_text(json.dumps(next(generate(Scenario(duration_seconds=1, start_ts=time.time())))) + "\n")
         args = [command, traces, "--config", bad, "--topic", secure_topics(), "--quiet"]
+    elif command == "dlq":
+        args = [command, "list", "--config", bad, "--dlq-topic", secure_topics()]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    timeout = REPLAY_EXIT_SECONDS if command == "replay" else WORKER_EXIT_SECONDS
+    timeout = WORKER_EXIT_SECONDS
     started = time.monotonic()
     proc = subprocess.run(fleetmon(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
                           check=False)

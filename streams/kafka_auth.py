@@ -1,0 +1,52 @@
+"""Whether Kafka refuses fleetmon's SASL credentials, asked once before a kafka-python client is built.
+
+The commands that produce or read with kafka-python (``fleetmon replay``, ``fleetmon dlq``)
+cannot tell a wrong password from an unreachable broker: kafka-python 3.0 loses the broker's
+SaslAuthenticate error when the broker closes the connection after it, and retries until its
+bootstrap timeout (30 s), then says only that it could not bootstrap. aiokafka, which the worker
+uses, reads that error. :func:`refused_credentials` opens one aiokafka connection to each
+bootstrap server and returns the broker's words when it refuses the credentials; anything else
+(unreachable, slow, TLS) is left to the caller's own client, its retries and its errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from monitor.config import KafkaConfig
+from monitor.kafka import aiokafka_security, bootstrap_servers
+
+#: Seconds allowed for each server's connection and SASL exchange.
+PROBE_TIMEOUT_SECONDS = 10.0
+
+
+def refused_credentials(kafka: KafkaConfig, timeout_seconds: float = PROBE_TIMEOUT_SECONDS) -> str | None:
+    """The broker's refusal of ``kafka``'s credentials (``[Error 58] SaslAuthenticationFailed: ...``), or None.
+
+    None also when SASL is not configured, or when no server answered at all (the caller's client
+    reports that in its own words).
+    """
+    if not kafka.sasl_mechanism:
+        return None
+    return asyncio.run(_probe(kafka, timeout_seconds))
+
+
+async def _probe(kafka: KafkaConfig, timeout_seconds: float) -> str | None:
+    from aiokafka.conn import create_conn
+    from aiokafka.errors import KafkaError, SaslAuthenticationFailed
+
+    security = aiokafka_security(kafka)
+    for server in bootstrap_servers(kafka):
+        host, _, port = server.rpartition(":")
+        try:
+            conn = await asyncio.wait_for(
+                create_conn(host.strip("[]"), int(port), client_id="fleetmon-credentials-check",
+                            request_timeout_ms=int(timeout_seconds * 1000), **security),
+                timeout_seconds)
+        except SaslAuthenticationFailed as exc:
+            return str(exc)
+        except (TimeoutError, OSError, KafkaError):
+            continue
+        conn.close()
+        return None
+    return None
