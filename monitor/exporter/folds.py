@@ -6,7 +6,7 @@ next scrape a row whose members are the same objects is handed out again (the sa
 collector's rendered blocks are reused), and one whose member list is the same but some members
 changed is moved by those members' changes only: the ops the reader reports for them
 (:attr:`monitor.store.redis.reads.SpanReader.steps`, a window's increment: a few buckets), else
-their difference (:func:`monitor.store.redis.spans.delta`). Anything else is merged afresh.
+their difference (:func:`monitor.store.redis.span_sums.delta`). Anything else is merged afresh.
 
 Guarantee: every row equals a fresh merge of its members field for field and in field order
 (integer counts and sketch buckets are added exactly; the float fields are summed again over the
@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from monitor.aggregate import FLOAT_FIELDS, Aggregate
 from monitor.store.redis.reads import Steps
-from monitor.store.redis.spans import delta
+from monitor.store.redis.span_sums import delta, merge_into
 
 _FLOAT_FIELDS = tuple(sorted(FLOAT_FIELDS))
 
@@ -38,7 +38,7 @@ def merge_fresh(parts: Sequence[Aggregate]) -> Aggregate:
     """The merge of ``parts`` in order, into a new aggregate (what :func:`apply_budget` serves)."""
     out = Aggregate()
     for part in parts:
-        out.merge(part)
+        merge_into(out, part)
     return out
 
 
@@ -101,20 +101,20 @@ def _moved(known: _Row, parts: tuple[Aggregate, ...], span: int, names: tuple[st
             if now is before:
                 continue
             if before is None:
-                out.merge(now)  # joined the row
+                merge_into(out, now)  # joined the row
                 continue
             step = steps.get((span, sid))
             if step is not None and step[0] is before and step[1] is now:
                 for add, part in step[2]:
                     if add:
-                        out.merge(part)
+                        merge_into(out, part)
                     else:
                         out.subtract(part)
                 continue
             gained = delta(now, before)
             if gained is None:
                 return None  # something went down (a rebuild): merged afresh
-            out.merge(gained)
+            merge_into(out, gained)
     except ValueError:
         return None
     counts = out.counts

@@ -17,6 +17,7 @@ mod halves;
 mod join;
 mod record;
 mod scan;
+mod window; // the exporter's reader of packed window hashes
 
 use group::{Bucketing, Grouper};
 use pyo3::prelude::*;
@@ -299,5 +300,6 @@ fn fleetmon_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<evidence::PairEvidence>()?;
     m.add_class::<join::Halves>()?;
     m.add_function(wrap_pyfunction!(known_fields, m)?)?;
+    window::register(m)?;
     Ok(())
 }

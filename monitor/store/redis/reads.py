@@ -32,8 +32,8 @@ from monitor.aggregate import Aggregate
 from monitor.store.base import ScriptableStore, Store, StoreError
 from monitor.store.redis.layout import KeyLayout, count_bucket
 from monitor.store.redis.scripts import REBUILDS, TOTALS_FLOATS, WHOLE_TOTALS
-from monitor.store.redis.spans import CachedTotals, Change, Ops, SliceSpans, followed_totals, interned, plan, updated
-from monitor.store.redis.wire import Scripts, Wire, chunks, decode_hash, text
+from monitor.store.redis.spans import CachedTotals, Change, Ops, SliceSpans, followed_totals, plan, updated
+from monitor.store.redis.wire import Scripts, Wire, chunks, decode_interned, text
 from monitor.windows import MINUTE, Resolution
 
 log = logging.getLogger("fleetmon.exporter")
@@ -280,7 +280,7 @@ class SpanReader:
                         self.steps[(k, change.sid)] = (old.sums[k], update.spans.sums[k], span_ops)
             total = None
             if not change.shortcut:
-                total = interned(decode_hash(reply[1]))
+                total = decode_interned(reply[1])
             elif same and old is not None:
                 cached = self._totals[change.sid].totals
                 followed = followed_totals(cached, change, old, update.gained, reply[1])
@@ -302,7 +302,7 @@ class SpanReader:
             args = [cache[sid].version if sid in cache else "" for sid in chunk]
             for sid, reply in zip(chunk, scripts.call("totals", keys, args)):
                 if reply != 0:
-                    cache[sid] = CachedTotals(text(reply[0]), interned(decode_hash(reply[1])))
+                    cache[sid] = CachedTotals(text(reply[0]), decode_interned(reply[1]))
                     self.last_read["totals_read"] += 1
                 totals[sid] = cache[sid].totals
         for stale in [sid for sid in cache if sid not in totals]:

@@ -2,8 +2,8 @@
 
 The arithmetic :mod:`monitor.store.redis.spans` builds on: :func:`fresh_sums` (a cold
 read, or a slice whose cache did not add up) and :func:`resum_floats`. Integer fields and
-sketch buckets are summed exactly (the buckets as numpy integers, each sum checked to stay
-exact); the float fields are a left fold over the windows in window order, the same
+sketch buckets are summed exactly (natively, native/src/window.rs, or in Python without it: the
+same sums); the float fields are a left fold over the windows in window order, the same
 additions as a fresh merge of the windows, so a sum equals the store's merge field for field.
 """
 
@@ -15,14 +15,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache, reduce
 from operator import add
 from sys import intern
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import numpy as np
 import orjson
 
 from monitor.aggregate import LATENCY_PREFIX, Aggregate
-from monitor.sketch import ZERO_KEY
-from monitor.store.redis.wire import FLOATS
+from monitor.sketch import ZERO_KEY, LogSketch
+from monitor.store.redis.wire import CODEC, FLOATS, decode_interned
+
+try:  # the dict arithmetic of native/src/window.rs: Python's own additions, without the bytecode loop
+    from fleetmon_native import add_into as _add_into
+    from fleetmon_native import difference as _difference
+except ImportError:  # pragma: no cover - a tree without `make install`
+    _add_into = _difference = None
 
 NAN = math.nan
 #: Float fields per window in the cache's flat float arrays.
@@ -37,14 +42,98 @@ def positions(starts: tuple[int, ...]) -> dict[int, int]:
     return {start: i for i, start in enumerate(starts)}
 
 
-def interned(agg: Aggregate) -> Aggregate:
-    """``agg`` with its field names shared with every other cached aggregate's (in place; returns it).
+def merge_into(total: Aggregate, part: Aggregate, native: bool = True) -> Aggregate:
+    """``total.merge(part)`` (in place; returns ``total``): the same additions in the same order, the
+    dict loops native when built (``native=False``: :meth:`Aggregate.merge` itself)."""
+    a, b = total.latency, part.latency
+    if not native or _add_into is None or a.relative_accuracy != b.relative_accuracy or a.min_value != b.min_value:
+        return total.merge(part)  # (a sketch of other parameters: merge raises as it does)
+    _add_into(total.counts, part.counts)
+    _add_into(a.buckets, b.buckets)
+    a.zero_count += b.zero_count
+    a.count += b.count
+    return total
 
-    A decoded hash brings its own copy of every field name; a cache of thousands of
-    aggregates would hold tens of thousands of copies of the same few dozen names.
+
+def difference(new: Mapping[Any, Any], old: Mapping[Any, Any], native: bool = True) -> dict[Any, Any] | None:
+    """``{k: new[k] - old.get(k, 0)}`` without zeros, in ``new``'s order; None when a difference is below 0
+    or ``old`` holds a key ``new`` lacks (natively when built; ``native=False``: in Python)."""
+    if native and _difference is not None:
+        return _difference(new, old)
+    oget = old.get
+    out = {k: v - oget(k, 0) for k, v in new.items()}
+    if min(out.values(), default=0) < 0 or old.keys() - new.keys():
+        return None
+    return {k: v for k, v in out.items() if v}
+
+
+def delta(new: Aggregate, old: Aggregate) -> Aggregate | None:
+    """``new - old`` (what a window gained), None if anything went down (a rebuild).
+
+    Its float fields are approximate: the callers set those exactly.
     """
-    agg.counts = {intern(key): value for key, value in agg.counts.items()}
-    return agg
+    zero = new.latency.zero_count - old.latency.zero_count
+    if zero < 0:
+        return None
+    counts = difference(new.counts, old.counts)
+    buckets = None if counts is None else difference(new.latency.buckets, old.latency.buckets)
+    if counts is None or buckets is None:
+        return None
+    sketch = LogSketch(new.latency.relative_accuracy, new.latency.min_value)
+    sketch.buckets = buckets
+    sketch.zero_count, sketch.count = zero, new.latency.count - old.latency.count
+    return Aggregate(counts, sketch)
+
+
+class Windows:
+    """One update's windows: those fetched (start → text) and the cached ones (start → (count, text)),
+    each parsed once and only when asked; a fetched window that replaces a cached one is read against
+    it natively (its count, floats and increment, :meth:`WindowCodec.delta`) without parsing either."""
+
+    def __init__(self, fetched: Mapping[int, bytes | str], cached: Mapping[int, tuple[int, bytes]]) -> None:
+        self.raw = {start: raw.encode() if isinstance(raw, str) else raw for start, raw in fetched.items()}
+        self.cached = cached
+        self.parsed: dict[tuple[int, int], Aggregate] = {}  # (start, count) -> content
+        self.steps: dict[tuple[int, int], Aggregate | None] = {}  # (start, old count) -> increment
+        self.heads: dict[int, tuple[int, list[float]]] = {}  # fetched start -> (count, floats)
+        for start, raw in self.raw.items():
+            entry = cached.get(start)
+            got = None if CODEC is None or entry is None else CODEC.delta(raw, entry[1])
+            if got is not None and entry is not None:
+                traces, floats, step = got
+                self.heads[start] = (traces, floats)
+                self.steps[(start, entry[0])] = None if step is None else _sketched(*step)
+            else:
+                agg = decode_interned(raw)
+                self.parsed[(start, agg.traces)] = agg
+                self.heads[start] = (agg.traces, window_floats(agg))
+
+    def has(self, start: int, count: int) -> bool:
+        """Whether window ``start`` holding ``count`` traces is fetched or cached."""
+        head = self.heads.get(start)
+        entry = self.cached.get(start)
+        return (head is not None and head[0] == count) or (entry is not None and entry[0] == count)
+
+    def content(self, start: int, count: int) -> Aggregate:
+        """Window ``start`` holding ``count`` traces (it must be :meth:`has`), parsed once."""
+        agg = self.parsed.get((start, count))
+        if agg is None:
+            head = self.heads.get(start)
+            raw = self.raw[start] if head is not None and head[0] == count else self.cached[start][1]
+            agg = self.parsed[(start, count)] = decode_interned(raw)
+        return agg
+
+    def gained(self, start: int, count: int, before: int) -> Aggregate | None:
+        """What window ``start`` gained from ``before`` traces to ``count`` (both :meth:`has`)."""
+        if (start, before) in self.steps and self.heads[start][0] == count:
+            return self.steps[(start, before)]
+        return delta(self.content(start, count), self.content(start, before))
+
+
+def _sketched(counts: dict[str, float], buckets: dict[int, int], zero: int, count: int) -> Aggregate:
+    sketch = LogSketch()
+    sketch.buckets, sketch.zero_count, sketch.count = buckets, zero, count
+    return Aggregate(counts, sketch)
 
 
 def window_floats(agg: Aggregate) -> list[float]:
@@ -61,21 +150,40 @@ class FreshSums(NamedTuple):
     sums: list[Aggregate]
 
 
-def fresh_sums(fetched: Mapping[int, bytes], range_: tuple[int, ...], suffixes: tuple[int, ...]) -> FreshSums:
+def fresh_sums(fetched: Mapping[int, bytes], range_: tuple[int, ...], suffixes: tuple[int, ...],
+               codec: Any = CODEC) -> FreshSums:
     """The sums of the spans (the last ``suffixes`` starts of ``range_``) over the windows in ``fetched``.
 
     ``fetched`` must hold every window of the range with traces, as the fetch script sends
-    it. The sums are added up from the encoded windows directly (the sketch buckets of all
-    of them parsed at once), without a parsed aggregate per window; a window whose
-    ``traces`` is 0 (it expired between the scripts) counts as absent.
+    it. The sums are added up from the encoded windows directly, without a parsed aggregate
+    per window: by the native ``codec`` (native/src/window.rs) when there is one and it reads
+    every window, else by :func:`fresh_sums_python`; the two give the same sums. A window
+    whose ``traces`` is 0 (it expired between the scripts) counts as absent.
     """
+    if codec is not None:
+        raws = [fetched.get(start) for start in range_]
+        got = codec.sums([raw.encode() if isinstance(raw, str) else raw for raw in raws], list(suffixes))
+        if got is not None:
+            counts, floats = array("q", got[0]), array("d", got[1])
+            sums = []
+            for length, (fields, zero, buckets, in_buckets) in zip(suffixes, got[2]):
+                total = Aggregate(fields)
+                sketch = total.latency
+                sketch.zero_count, sketch.buckets, sketch.count = zero, buckets, zero + in_buckets
+                sums.append(resum_floats(total, floats, range_, range_[len(range_) - length:]))
+            return FreshSums(counts, floats, sums)
+    return fresh_sums_python(fetched, range_, suffixes)
+
+
+def fresh_sums_python(fetched: Mapping[int, bytes], range_: tuple[int, ...], suffixes: tuple[int, ...]
+                      ) -> FreshSums:
+    """:func:`fresh_sums` in Python (what the native codec is checked against)."""
     n = len(range_)
     counts = array("q", bytes(8 * n))
     floats = array("d", [NAN]) * (n * N_FLOATS)
     plain: list[dict[str, int]] = []
     zeros: list[int] = []
-    tails: list[bytes] = []
-    pairs: list[int] = []
+    pairs: list[list[int]] = []
     present: list[int] = []
     for i, start in enumerate(range_):
         raw = fetched.get(start)
@@ -103,49 +211,33 @@ def fresh_sums(fetched: Mapping[int, bytes], range_: tuple[int, ...], suffixes: 
         counts[i] = fields.get("traces", 0)
         if not counts[i]:
             continue  # expired or emptied between the scripts: absent
+        numbers = [int(x) for x in tail.split()]
+        if len(numbers) % 2 or any(n < 0 for n in numbers[1::2]):
+            raise ValueError(f"sketch buckets must hold counts >= 0 in pairs, got {numbers[:8]}...")
         present.append(i)
         plain.append(fields)
         zeros.append(zero)
-        tails.append(tail)
-        pairs.append(tail.count(b" ") + 1 if tail.strip() else 0)
-    numbers = np.fromstring(b" ".join(tails), dtype=np.int64, sep=" ") if any(pairs) else np.zeros(0, np.int64)
-    if len(numbers) != 2 * sum(p // 2 for p in pairs) or (len(numbers) and numbers[1::2].min() < 0):
-        raise ValueError(f"sketch buckets must hold counts >= 0 in pairs, got {numbers[:8].tolist()}...")
-    ends = np.cumsum([p // 2 for p in pairs], dtype=np.int64)
+        pairs.append(numbers)
     sums = []
     for length in suffixes:
         first = n - length
         chosen = [r for r, i in enumerate(present) if i >= first]
         total = Aggregate()
         counts_out = total.counts
+        summed: dict[int, int] = {}
         for r in chosen:
             for name, number in plain[r].items():
                 counts_out[name] = counts_out.get(name, 0) + number
+            numbers = pairs[r]
+            for index, count in zip(numbers[0::2], numbers[1::2]):
+                summed[index] = summed.get(index, 0) + count
         sketch = total.latency
         sketch.zero_count = sum(zeros[r] for r in chosen)
-        if chosen:
-            lo = 0 if chosen[0] == 0 else int(ends[chosen[0] - 1])
-            part = numbers[2 * lo:2 * int(ends[chosen[-1]])]
-            sketch.buckets = _bucket_sums(part[0::2], part[1::2])
+        sketch.buckets = {index: summed[index] for index in sorted(summed) if summed[index]}
         sketch.count = sketch.zero_count + sum(sketch.buckets.values())
         resum_floats(total, floats, range_, range_[n - length:])
         sums.append(total)
     return FreshSums(counts, floats, sums)
-
-
-def _bucket_sums(indices: np.ndarray, counts: np.ndarray) -> dict[int, int]:
-    """``{index: summed count}`` over the pairs, in index order, without zero counts."""
-    if not len(indices):
-        return {}
-    low = int(indices.min())
-    summed = np.bincount(indices - low, weights=None if counts is None else counts.astype(np.float64))
-    if summed.max(initial=0) >= 2**53:  # beyond exact float integers: add them as Python ints
-        out: dict[int, int] = {}
-        for index, n in zip(indices.tolist(), counts.tolist()):
-            out[index] = out.get(index, 0) + n
-        return {index: out[index] for index in sorted(out) if out[index]}
-    nonzero = np.flatnonzero(summed)
-    return dict(zip((nonzero + low).tolist(), summed[nonzero].astype(np.int64).tolist()))
 
 
 def resum_floats(total: Aggregate, floats: Sequence[float], range_: tuple[int, ...], span: Sequence[int]

@@ -2,10 +2,12 @@
 
 Per active slice it keeps no window content, only the edges: the trace count and
 the float fields of every window of the longest span (two flat arrays), one running
-sum per span, the parsed content of the newest minutes (:data:`RECENT_WINDOWS`)
-and of the windows that changed in the slice's last update (the ones the next
-writes change), and the version (the totals' ``traces``) they were read at. About
-2 kB a slice plus its sums and those few windows, whatever the span length.
+sum per span, the content of the newest minutes (:data:`RECENT_WINDOWS`) and of
+the windows that changed in the slice's last update (the ones the next writes
+change) as the fetch sent it (~1 kB each; parsed only when needed: a changed
+window's increment is read natively from its old and new text), and the version
+(the totals' ``traces``) they were read at. About 2 kB a slice plus its sums and
+those few windows, whatever the span length.
 
 A span's new sum is the old one plus what each changed window gained (its new
 content minus the cached one), minus every window that slid out, plus every
@@ -26,21 +28,24 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from monitor.aggregate import Aggregate
-from monitor.sketch import LogSketch
 from monitor.store.redis.span_sums import (
     N_FLOATS,
     NAN,
+    Windows,
     fresh_sums,
-    interned,
+    merge_into,
     positions,
     resum_floats,
-    window_floats,
 )
-from monitor.store.redis.wire import FLOATS, decode_hash, text
+from monitor.store.redis.wire import FLOATS, text
 
 #: The newest window starts of the range (the next minute, the current one and two late ones) whose
-#: parsed content is kept; any other window is kept parsed only while it changed in the last update.
+#: content is kept; any other window's is kept only while it changed in the last update.
 RECENT_WINDOWS = 4
+
+
+#: A cached window: its count and its text as the fetch sent it.
+Recent = tuple[int, bytes]
 
 
 class CachedTotals(NamedTuple):
@@ -56,7 +61,7 @@ class SliceSpans:
 
     ``counts[i]`` is the trace count of window ``starts[i]`` (0: absent) and
     ``floats[i * len(FLOATS) + j]`` its float field ``FLOATS[j]`` (nan: absent).
-    ``recent``: parsed windows, each holding exactly ``counts`` of its start.
+    ``recent``: windows' contents as fetched, each ``(its count, its text)``, the count that of its start.
     ``version`` is '' when the windows are not all from one snapshot (a write
     landed between the scripts). ``suffixes``: per span, how many of ``starts``
     (the last ones) it covers.
@@ -67,7 +72,7 @@ class SliceSpans:
     suffixes: tuple[int, ...]
     counts: array
     floats: array
-    recent: dict[int, Aggregate]
+    recent: dict[int, Recent]
     sums: list[Aggregate]
 
     def count(self, start: int) -> int:
@@ -75,10 +80,10 @@ class SliceSpans:
         i = positions(self.starts).get(start)
         return 0 if i is None else self.counts[i]
 
-    def content(self, start: int) -> Aggregate | None:
-        """The parsed window ``start`` when it is cached as counted."""
-        agg = self.recent.get(start)
-        return agg if agg is not None and agg.traces == self.count(start) else None
+    def cached(self, start: int) -> bool:
+        """Whether window ``start``'s content is cached as counted."""
+        entry = self.recent.get(start)
+        return entry is not None and entry[0] == self.count(start)
 
 
 @dataclass(slots=True)
@@ -126,8 +131,8 @@ def plan(sid: str, version: str, counts: list[int], range_: tuple[int, ...], suf
                 if count < before:
                     return _fresh(change, range_)  # a rebuild
                 if before:
-                    agg = recent.get(start)
-                    if agg is None or agg.traces != before:
+                    entry = recent.get(start)
+                    if entry is None or entry[0] != before:
                         return _fresh(change, range_)  # the old content to take out is not cached
                 change.wanted.append(start)
                 grown += count - before
@@ -140,7 +145,7 @@ def plan(sid: str, version: str, counts: list[int], range_: tuple[int, ...], suf
         before = old.get(start, 0)
         if count == before:
             continue
-        if count < before or (before and state.content(start) is None):
+        if count < before or (before and not state.cached(start)):
             return _fresh(change, range_)  # a rebuild, or the old content to take out is not cached
         wanted.add(start)
         if start in old:
@@ -149,12 +154,12 @@ def plan(sid: str, version: str, counts: list[int], range_: tuple[int, ...], suf
         new_span, old_span = set(_span(range_, length)), _span(state.starts, state.suffixes[k])
         for start in old_span:  # leaving: the content that was added must be taken out
             count = old[start]
-            if count and start not in new_span and new.get(start, count) == count and state.content(start) is None:
+            if count and start not in new_span and new.get(start, count) == count and not state.cached(start):
                 wanted.add(start)
                 if start not in new:
                     change.leaving[start] = count
         for start in new_span.difference(old_span):  # coming in: its content is added
-            if new[start] and state.content(start) is None:
+            if new[start] and not state.cached(start):
                 wanted.add(start)
     change.wanted = sorted(wanted)
     return _shortcut(change, state, totals_version, grown)
@@ -174,25 +179,6 @@ def _fresh(change: Change, range_: tuple[int, ...]) -> Change:
     change.fresh = True
     change.wanted = [start for start, count in zip(range_, change.counts) if count > 0]
     return change
-
-
-def delta(new: Aggregate, old: Aggregate) -> Aggregate | None:
-    """``new - old`` (what a window gained), None if anything went down (a rebuild).
-
-    Its float fields are approximate: the callers set those exactly.
-    """
-    (new_counts, new_buckets), (old_counts, old_buckets) = ((a.counts, a.latency.buckets) for a in (new, old))
-    oget, bget = old_counts.get, old_buckets.get
-    counts = {k: v - oget(k, 0) for k, v in new_counts.items()}
-    buckets = {k: n - bget(k, 0) for k, n in new_buckets.items()}
-    zero = new.latency.zero_count - old.latency.zero_count
-    if (zero < 0 or min(counts.values(), default=0) < 0 or min(buckets.values(), default=0) < 0
-            or old_counts.keys() - new_counts.keys() or old_buckets.keys() - new_buckets.keys()):
-        return None
-    sketch = LogSketch(new.latency.relative_accuracy, new.latency.min_value)
-    sketch.buckets = {k: n for k, n in buckets.items() if n}
-    sketch.zero_count, sketch.count = zero, new.latency.count - old.latency.count
-    return Aggregate({k: v for k, v in counts.items() if v}, sketch)
 
 
 #: How an aggregate became its successor: each part merged in (True) or taken out (False), in order
@@ -220,12 +206,13 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
     version = change.version if same else ""
     if change.fresh or old is None:
         return Update(fresh_spans(version, fetched, range_, suffixes), {})
-    parsed = {start: interned(decode_hash(raw)) for start, raw in fetched.items()}
+    windows = Windows(fetched, old.recent)
+    heads = windows.heads
     for start, count in change.leaving.items():
-        if parsed[start].traces != count:
+        if heads[start][0] != count:
             return None
     new_pos, old_pos = positions(range_), positions(old.starts)
-    old_counts, recent = old.counts, old.recent
+    old_counts = old.counts
     counts = array("q", change.counts)
     steady = old.starts == range_
     if steady:
@@ -236,38 +223,30 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
             j = old_pos.get(start)
             if j is not None and old_counts[j] == counts[i]:
                 floats[i * N_FLOATS:(i + 1) * N_FLOATS] = old.floats[j * N_FLOATS:(j + 1) * N_FLOATS]
-    for start, agg in parsed.items():
+    for start, (traces, window) in heads.items():
         at = new_pos.get(start)
         if at is not None:
-            counts[at] = agg.traces  # the content's own count (a write may have raced the counts)
-            floats[at * N_FLOATS:(at + 1) * N_FLOATS] = array("d", window_floats(agg))
+            counts[at] = traces  # the content's own count (a write may have raced the counts)
+            floats[at * N_FLOATS:(at + 1) * N_FLOATS] = array("d", window)
 
     def old_count(start: int) -> int:
         j = old_pos.get(start)
         return 0 if j is None else old_counts[j]
 
-    def content(start: int, count: int) -> Aggregate | None:
-        """Window ``start`` holding ``count`` traces: cached or fetched; None if neither holds it."""
-        for agg in (recent.get(start), parsed.get(start)):
-            if agg is not None and agg.traces == count:
-                return agg
-        return None
-
     if steady:
         changed = [i for i, (now, before) in enumerate(zip(counts, old_counts)) if now != before]
     else:
         changed = [i for i, start in enumerate(range_) if counts[i] != old_count(start)]
+    has = windows.has
     gained: dict[int, Aggregate | None] = {}  # what the changed windows of the known range gained
     first_known, last_known = old.starts[0], old.starts[-1]
     for i in changed:
         start = range_[i]
         if first_known <= start <= last_known:
             before = old_count(start)
-            a = content(start, counts[i])
-            b = content(start, before) if before else None
-            if a is None or (before and b is None):
+            if not has(start, counts[i]) or (before and not has(start, before)):
                 return None
-            gained[start] = a if b is None else delta(a, b)
+            gained[start] = windows.gained(start, counts[i], before) if before else windows.content(start, counts[i])
     sums, ops = [], []
     for k, length in enumerate(suffixes):
         span = _span(range_, length)
@@ -276,13 +255,10 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
             first = len(range_) - length
             for i in changed:
                 if i >= first:
-                    start = range_[i]
                     before = old_counts[i]
-                    b = content(start, before) if before else None
-                    a = content(start, counts[i]) if counts[i] else None
-                    if (before and b is None) or (counts[i] and a is None):
+                    if (before and not has(range_[i], before)) or (counts[i] and not has(range_[i], counts[i])):
                         return None
-                    moves.append((start, b, a))
+                    moves.append((range_[i], before, counts[i]))
         else:
             old_span = _span(old.starts, old.suffixes[k])
             in_span, in_old = set(span), set(old_span)
@@ -292,68 +268,68 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
                 c_new = counts[at] if start in in_span and at is not None else 0
                 if c_old == c_new:
                     continue  # the same content (a count identifies it), or absent on both sides
-                b = content(start, c_old) if c_old else None
-                a = content(start, c_new) if c_new else None
-                if (c_old and b is None) or (c_new and a is None):
+                if (c_old and not has(start, c_old)) or (c_new and not has(start, c_new)):
                     return None
-                moves.append((start, b, a))
+                moves.append((start, c_old, c_new))
         total, span_ops = old.sums[k], None
         if moves:
-            moved = _moved(total, moves, gained)
+            moved = _moved(total, moves, gained, windows)
             if moved is None:
                 return None
             total, span_ops = resum_floats(moved[0], floats, range_, span), moved[1]
         sums.append(total)
         ops.append(span_ops)
-    recent = _recent(range_, counts, parsed, old)
+    recent = _recent(range_, counts, windows, old)
     return Update(SliceSpans(version, range_, suffixes, counts, floats, recent, sums), gained, tuple(ops))
 
 
-def _moved(total: Aggregate, moves: Iterable[tuple[int, Aggregate | None, Aggregate | None]],
-           gained: Mapping[int, Aggregate | None]) -> tuple[Aggregate, Ops] | None:
-    """A copy of ``total`` with every window moved from its ``before`` to its ``after`` content, and the ops."""
+def _moved(total: Aggregate, moves: Iterable[tuple[int, int, int]], gained: Mapping[int, Aggregate | None],
+           windows: Windows) -> tuple[Aggregate, Ops] | None:
+    """A copy of ``total`` with every window moved from its ``before`` to its ``after`` count's content
+    (0: absent), and the ops."""
     total = total.copy()
     ops: list[tuple[bool, Aggregate]] = []
     try:
         for start, before, after in moves:
-            if before is not None and after is not None:
+            if before and after:
                 step = gained.get(start)
                 if step is not None:
-                    total.merge(step)
+                    merge_into(total, step)
                     ops.append((True, step))
                     continue
-            if before is not None:
-                total.subtract(before)
-                ops.append((False, before))
-            if after is not None:
-                total.merge(after)
-                ops.append((True, after))
+            if before:
+                part = windows.content(start, before)
+                total.subtract(part)
+                ops.append((False, part))
+            if after:
+                part = windows.content(start, after)
+                merge_into(total, part)
+                ops.append((True, part))
     except ValueError:
         return None  # the cache does not add up: a rebuild raced it
     return total, tuple(ops)
 
 
-def _recent(range_: tuple[int, ...], counts: array, parsed: Mapping[int, Aggregate],
-            old: SliceSpans | None) -> dict[int, Aggregate]:
-    """The parsed windows to keep: those among the newest :data:`RECENT_WINDOWS` starts and those that
+def _recent(range_: tuple[int, ...], counts: array, windows: Windows, old: SliceSpans | None) -> dict[int, Recent]:
+    """The windows to keep: those among the newest :data:`RECENT_WINDOWS` starts and those that
     changed in this update, each still as counted."""
-    keep: dict[int, Aggregate] = {}
+    keep: dict[int, Recent] = {}
     newest = max(0, len(range_) - RECENT_WINDOWS)
     where = positions(range_)
-    for start, agg in parsed.items():
+    for start, (traces, _floats) in windows.heads.items():
         i = where.get(start)
-        if i is not None and i < newest and counts[i] and agg.traces == counts[i] and (
+        if i is not None and i < newest and counts[i] and traces == counts[i] and (
                 old is None or old.count(start) != counts[i]):
-            keep[start] = agg
+            keep[start] = (traces, windows.raw[start])
     for i in range(newest, len(range_)):
         start, count = range_[i], counts[i]
         if not count:
             continue
-        found = parsed.get(start)
-        if found is None and old is not None:
-            found = old.recent.get(start)
-        if found is not None and found.traces == count:
-            keep[start] = found
+        head = windows.heads.get(start)
+        if head is not None and head[0] == count:
+            keep[start] = (count, windows.raw[start])
+        elif old is not None and (entry := old.recent.get(start)) is not None and entry[0] == count:
+            keep[start] = entry
     return keep
 
 
@@ -362,9 +338,13 @@ def fresh_spans(version: str, fetched: Mapping[int, bytes], range_: tuple[int, .
     """The cache entry of a slice whose every window of ``range_`` with traces is in ``fetched``."""
     fresh = fresh_sums(fetched, range_, suffixes)
     newest = len(range_) - RECENT_WINDOWS
-    recent = {start: interned(decode_hash(fetched[start])) for i, start in enumerate(range_)
+    recent = {start: (fresh.counts[i], _as_bytes(fetched[start])) for i, start in enumerate(range_)
               if i >= newest and fresh.counts[i]}
     return SliceSpans(version, range_, suffixes, fresh.counts, fresh.floats, recent, fresh.sums)
+
+
+def _as_bytes(raw: bytes | str) -> bytes:
+    return raw.encode() if isinstance(raw, str) else raw
 
 
 def followed_totals(cached: Aggregate, change: Change, old: SliceSpans, gained: Mapping[int, Aggregate | None],
@@ -385,7 +365,7 @@ def followed_totals(cached: Aggregate, change: Change, old: SliceSpans, gained: 
             if first <= start <= last:
                 if step is None:
                     return None
-                total.merge(step)
+                merge_into(total, step)
                 ops.append((True, step))
     except ValueError:
         return None

@@ -5,6 +5,8 @@ one atomic snapshot each) and the format a hash travels in: one string, the JSON
 its plain fields, then its sketch buckets as plain numbers, which costs far less
 to parse than redis-py's reply of hundreds of fields (:func:`decode_hash`); a window hash is
 stored in that very format (:mod:`monitor.store.redis.packed`), so a fetch sends it as it is.
+The native extension reads that format (``WindowCodec``, native/src/window.rs: :data:`CODEC`)
+exactly as the Python reader here does, and hands back to it any text it is not sure of.
 :class:`Scripts` calls them one at a time; :class:`Wire` sends calls ahead of
 reading their replies on one connection, so Redis runs them on its own core while
 this process works on earlier replies.
@@ -16,6 +18,7 @@ up, not required), so this module imports no Redis client itself.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from sys import intern
 from typing import Any
 
 import orjson
@@ -25,7 +28,17 @@ from monitor.sketch import ZERO_KEY, LogSketch
 from monitor.store.base import ScriptClient, StoreError
 from monitor.store.redis.scripts import COUNTS, FETCH, FLOATS, TOTALS
 
-__all__ = ["CHUNK_KEYS", "FLOATS", "Scripts", "Wire", "chunks", "decode_hash", "parse_flat", "text"]
+try:  # the native reader of packed hashes (native/src/window.rs); without it, the Python one below
+    from fleetmon_native import WindowCodec as _WindowCodec
+except ImportError:  # pragma: no cover - a tree without `make install`
+    _WindowCodec = None
+
+__all__ = ["CHUNK_KEYS", "CODEC", "FLOATS", "Scripts", "Wire", "chunks", "decode_hash", "decode_interned",
+           "parse_flat", "text"]
+
+#: The native codec (None when not built): :func:`decode_hash` and ``span_sums.fresh_sums`` use it for
+#: every hash it reads exactly as the Python reader would; it hands anything else back (None) to Python.
+CODEC: Any = None if _WindowCodec is None else _WindowCodec(list(FLOATS), LATENCY_PREFIX + ZERO_KEY, LATENCY_PREFIX)
 
 #: Keys per script call: bounds the time Redis spends in one script.
 CHUNK_KEYS = 20_000
@@ -68,8 +81,41 @@ def parse_flat(flat: Sequence[str], buckets: dict[int, int] | None = None) -> Ag
     return Aggregate(counts, sketch)
 
 
-def decode_hash(raw: bytes | str) -> Aggregate:
-    """The aggregate of a hash as the read scripts send it (see ``scripts.ENCODE``)."""
+def decode_hash(raw: bytes | str, codec: Any = CODEC) -> Aggregate:
+    """The aggregate of a hash as the read scripts send it (see ``scripts.ENCODE``).
+
+    Read by the native ``codec`` when there is one (its field names interned), else, or
+    when the codec hands the text back, by :func:`decode_hash_python`: the same aggregate.
+    """
+    if isinstance(raw, str):
+        raw = raw.encode()
+    if codec is not None:
+        parts = codec.decode(raw)
+        if parts is not None:
+            return _aggregate(*parts)
+    return decode_hash_python(raw)
+
+
+def decode_interned(raw: bytes | str) -> Aggregate:
+    """:func:`decode_hash` with its field names interned (shared with every cached aggregate's: a cache
+    of thousands of aggregates would otherwise hold tens of thousands of copies of a few dozen names)."""
+    if isinstance(raw, str):
+        raw = raw.encode()
+    if CODEC is not None and (parts := CODEC.decode(raw)) is not None:
+        return _aggregate(*parts)  # the codec interns its names
+    agg = decode_hash_python(raw)
+    agg.counts = {intern(key): value for key, value in agg.counts.items()}
+    return agg
+
+
+def _aggregate(counts: dict[str, float], buckets: dict[int, int], zero: int, in_buckets: int) -> Aggregate:
+    sketch = LogSketch()
+    sketch.buckets, sketch.zero_count, sketch.count = buckets, zero, zero + in_buckets
+    return Aggregate(counts, sketch)
+
+
+def decode_hash_python(raw: bytes | str) -> Aggregate:
+    """:func:`decode_hash` in Python (what the native codec is checked against)."""
     if isinstance(raw, str):
         raw = raw.encode()
     head, _, tail = raw.partition(b"\n")

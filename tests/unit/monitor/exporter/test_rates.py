@@ -56,7 +56,8 @@ def test_bad_counts_and_confidence_are_refused():
 
 
 def test_a_scrape_with_exact_intervals_loads_no_scipy():
-    """The exporter process stays without scipy (+15 MB resident) through scrapes that need exact intervals."""
+    """The exporter process stays without scipy (+15 MB resident) through scrapes that need exact intervals,
+    and without numpy (+12 MB: monitor.stats imports its numpy modules on first use only)."""
     code = """
 import sys
 from monitor.exporter.collector import build_registry
@@ -70,7 +71,7 @@ store = MemoryStore()
 store.apply(fold(traces, Slicer(), NOW), "fleetmon.traces:0", 0, len(traces) - 1)
 body = render(build_registry(store, PRICES, now=lambda: NOW)[0])[0]
 assert b"fleetmon_success_ratio_lower{" in body, body[:300]
-print(sorted(m for m in ("scipy", "alerts") if m in sys.modules))
+print(sorted(m for m in ("scipy", "numpy", "alerts") if m in sys.modules))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[4])

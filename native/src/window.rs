@@ -1,0 +1,635 @@
+//! The exporter's reading of packed window hashes (`monitor/store/redis/packed.py`'s format).
+//!
+//! A hash as the read scripts send it is the JSON array of its plain fields (names and values,
+//! all strings), a newline, then `index count ...` of its sketch buckets. `WindowCodec.decode`
+//! turns one into the parts of an `Aggregate` (what `monitor.store.redis.wire.decode_hash` builds
+//! in Python); `WindowCodec.sums` adds a slice's windows up per span (what
+//! `monitor.store.redis.span_sums.fresh_sums` does in Python). Both give exactly the Python
+//! result or `None`: anything this reader is not sure of (a value that is not a plain decimal, a
+//! bucket listed twice, a negative count, a sketch field among the plain ones, a sum past i64)
+//! goes back to the Python reader, which decides and reports it as before. Field names are
+//! interned Python strings, as the exporter's caches keep them.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use rustc_hash::FxHashMap;
+use std::borrow::Cow;
+
+/// The names the codec treats apart (from Python, so the two cannot drift apart).
+#[pyclass(frozen)]
+struct WindowCodec {
+    /// The float fields, in the order of the reader's flat float arrays.
+    floats: Vec<String>,
+    /// The sketch's zero bucket as a plain field (`latency:zero`).
+    zero_field: String,
+    /// The prefix of sketch fields (`latency:`).
+    latency_prefix: String,
+}
+
+/// A plain field's value as Python reads it.
+#[derive(Clone, Copy)]
+enum Value {
+    Int(i64),
+    Float(f64),
+}
+
+/// A plain decimal integer (`-?[0-9]+`) that fits in i64 (Python's `int(text)` then agrees).
+fn int_of(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// A plain decimal number (`-?digits[.digits][e[+-]digits]`, finite): Rust and Python both round
+/// it correctly, so `float(text)` in Python is this very value.
+fn float_of(text: &str) -> Option<f64> {
+    let b = text.as_bytes();
+    let mut i = usize::from(b.first() == Some(&b'-'));
+    let start = i;
+    while i < b.len() && b[i].is_ascii_digit() {
+        i += 1;
+    }
+    let mut mantissa = i - start;
+    if i < b.len() && b[i] == b'.' {
+        i += 1;
+        let frac = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        mantissa += i - frac;
+    }
+    if mantissa == 0 {
+        return None;
+    }
+    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+        i += 1;
+        if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
+            i += 1;
+        }
+        let exp = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == exp {
+            return None;
+        }
+    }
+    if i != b.len() {
+        return None;
+    }
+    text.parse::<f64>().ok().filter(|v| v.is_finite())
+}
+
+/// Python's `int(text)`, else `int(float(text))` (truncation), for the texts both readers agree on.
+fn integer_of(text: &str) -> Option<i64> {
+    int_of(text).or_else(|| {
+        let v = float_of(text)?.trunc();
+        (v.abs() < 9.2e18).then_some(v as i64)
+    })
+}
+
+/// The JSON array of strings before the newline (cjson writes an empty one as `{}`). Strings
+/// without escapes are borrowed; a head with any escape is read by serde.
+fn plain_fields(head: &[u8]) -> Option<Vec<Cow<'_, str>>> {
+    let head = head.trim_ascii();
+    if head == b"{}" {
+        return Some(Vec::new());
+    }
+    let text = std::str::from_utf8(head).ok()?;
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 1;
+    if b.first() != Some(&b'[') {
+        return None;
+    }
+    let skip = |i: &mut usize| {
+        while *i < b.len() && b[*i].is_ascii_whitespace() {
+            *i += 1;
+        }
+    };
+    skip(&mut i);
+    if i < b.len() && b[i] == b']' {
+        return (i + 1 == b.len()).then_some(out);
+    }
+    loop {
+        if i >= b.len() || b[i] != b'"' {
+            return None;
+        }
+        let start = i + 1;
+        let mut end = start;
+        while end < b.len() && b[end] != b'"' {
+            if b[end] == b'\\' || b[end] < 0x20 {
+                return escaped_fields(head);
+            }
+            end += 1;
+        }
+        if end >= b.len() {
+            return None;
+        }
+        out.push(Cow::Borrowed(&text[start..end]));
+        i = end + 1;
+        skip(&mut i);
+        match b.get(i) {
+            Some(b',') => {
+                i += 1;
+                skip(&mut i);
+            }
+            Some(b']') if i + 1 == b.len() => return Some(out),
+            _ => return None,
+        }
+    }
+}
+
+/// [`plain_fields`] of a head with escapes, by serde.
+fn escaped_fields(head: &[u8]) -> Option<Vec<Cow<'_, str>>> {
+    let values: Vec<serde_json::Value> = serde_json::from_slice(head).ok()?;
+    values.into_iter().map(|v| match v {
+        serde_json::Value::String(s) => Some(Cow::Owned(s)),
+        _ => None,
+    }).collect()
+}
+
+/// A plain decimal integer (`-?[0-9]+`) of bytes that fits in i64.
+fn int_of_bytes(b: &[u8]) -> Option<i64> {
+    let (negative, digits) = match b.first() {
+        Some(b'-') => (true, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return std::str::from_utf8(b).ok().and_then(int_of); // long: let the checked parse decide
+    }
+    let mut v = 0i64;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i64::from(d - b'0');
+    }
+    Some(if negative { -v } else { v })
+}
+
+/// The `index count` pairs of a bucket text; None when odd, not plain integers, or a count < 0.
+fn bucket_pairs(tail: &[u8], out: &mut Vec<(i64, i64)>) -> Option<()> {
+    let mut it = tail.split(u8::is_ascii_whitespace).filter(|t| !t.is_empty());
+    while let Some(index) = it.next() {
+        let count = int_of_bytes(it.next()?)?;
+        if count < 0 {
+            return None;
+        }
+        out.push((int_of_bytes(index)?, count));
+    }
+    Some(())
+}
+
+/// The pairs summed by index, in index order (a dense tally when the indices are few, as a
+/// sketch's are; else a sort); None past i64.
+fn summed_pairs(mut pairs: Vec<(i64, i64)>) -> Option<Vec<(i64, i64)>> {
+    let (Some(lo), Some(hi)) = (pairs.iter().map(|p| p.0).min(), pairs.iter().map(|p| p.0).max()) else {
+        return Some(Vec::new());
+    };
+    let width = hi.checked_sub(lo)?;
+    if width < 4 * pairs.len() as i64 + 64 {
+        let mut tally = vec![0i64; width as usize + 1];
+        let mut seen = vec![false; width as usize + 1];
+        for (index, count) in pairs {
+            let at = (index - lo) as usize;
+            tally[at] = tally[at].checked_add(count)?;
+            seen[at] = true;
+        }
+        return Some((0..tally.len()).filter(|&at| seen[at]).map(|at| (lo + at as i64, tally[at])).collect());
+    }
+    pairs.sort_unstable_by_key(|p| p.0);
+    let mut summed: Vec<(i64, i64)> = Vec::with_capacity(pairs.len());
+    for (index, count) in pairs {
+        match summed.last_mut() {
+            Some(last) if last.0 == index => last.1 = last.1.checked_add(count)?,
+            _ => summed.push((index, count)),
+        }
+    }
+    Some(summed)
+}
+
+/// A present window of a slice's sums: its position, `(name id, value)` integer fields, zero bucket,
+/// and the range of its bucket pairs.
+type Present = (usize, Vec<(usize, i64)>, i64, usize, usize);
+
+/// One window's parts: plain fields in order (name, value), floats by their codec position, zero bucket.
+struct Window<'a> {
+    fields: Vec<(Cow<'a, str>, Value)>,
+    zero: i64,
+}
+
+impl WindowCodec {
+    fn float_index(&self, name: &str) -> Option<usize> {
+        self.floats.iter().position(|f| f == name)
+    }
+
+    /// The plain part as `decode_hash` reads it (a duplicate name keeps its last value).
+    fn head<'a>(&self, head: &'a [u8], zero_assign: bool) -> Option<Window<'a>> {
+        let flat = plain_fields(head)?;
+        let mut fields = Vec::with_capacity(flat.len() / 2);
+        let mut zero = 0i64;
+        let mut it = flat.into_iter();
+        while let Some(name) = it.next() {
+            let text = it.next()?; // an odd list: Python's zip drops the last name; leave it to Python
+            if name == self.zero_field.as_str() {
+                let n = int_of(&text)?; // Python reads the zero bucket with int() alone
+                zero = if zero_assign { n } else { zero.checked_add(n)? };
+            } else if name.starts_with(&self.latency_prefix) {
+                return None; // a bucket held as a plain field: the Python readers differ on it
+            } else if self.float_index(&name).is_some() {
+                fields.push((name, Value::Float(float_of(&text)?)));
+            } else {
+                fields.push((name, Value::Int(integer_of(&text)?)));
+            }
+        }
+        Some(Window { fields, zero })
+    }
+}
+
+fn split(raw: &[u8]) -> (&[u8], &[u8]) {
+    match raw.iter().position(|&b| b == b'\n') {
+        Some(at) => (&raw[..at], &raw[at + 1..]),
+        None => (raw, &[]),
+    }
+}
+
+fn set_value(dict: &Bound<'_, PyDict>, key: &Bound<'_, PyString>, value: Value) -> PyResult<()> {
+    match value {
+        Value::Int(n) => dict.set_item(key, n),
+        Value::Float(v) => dict.set_item(key, v),
+    }
+}
+
+/// `{index: count}` in index order, zero counts left out, and their total; None past i64.
+fn buckets_dict<'py>(py: Python<'py>, sorted: &[(i64, i64)]) -> PyResult<Option<(Bound<'py, PyDict>, i64)>> {
+    let out = PyDict::new(py);
+    let mut total = 0i64;
+    for &(index, count) in sorted {
+        if count != 0 {
+            out.set_item(index, count)?;
+            total = match total.checked_add(count) {
+                Some(t) => t,
+                None => return Ok(None),
+            };
+        }
+    }
+    Ok(Some((out, total)))
+}
+
+/// One hash read as `decode` reads it, without Python objects: fields (a repeated name keeps its
+/// first place and last value), zero bucket, buckets in index order without zero counts.
+struct Parsed<'a> {
+    fields: Vec<(Cow<'a, str>, Value)>,
+    zero: i64,
+    buckets: Vec<(i64, i64)>,
+}
+
+impl WindowCodec {
+    fn parse<'a>(&self, raw: &'a [u8]) -> Option<Parsed<'a>> {
+        let (head, tail) = split(raw);
+        let window = self.head(head, false)?;
+        if window.zero < 0 {
+            return None;
+        }
+        let mut fields: Vec<(Cow<'a, str>, Value)> = Vec::with_capacity(window.fields.len());
+        let mut names: FxHashMap<&str, usize> = FxHashMap::default();
+        let mut repeated = false;
+        for (at, (name, _)) in window.fields.iter().enumerate() {
+            repeated |= names.insert(name.as_ref(), at).is_some();
+        }
+        if repeated {
+            for (name, value) in window.fields {
+                match fields.iter_mut().find(|(k, _)| *k == name) {
+                    Some(slot) => slot.1 = value,
+                    None => fields.push((name, value)),
+                }
+            }
+        } else {
+            fields = window.fields;
+        }
+        let mut pairs = Vec::new();
+        bucket_pairs(tail, &mut pairs)?;
+        pairs.sort_unstable();
+        if pairs.windows(2).any(|w| w[0].0 == w[1].0) {
+            return None;
+        }
+        pairs.retain(|p| p.1 != 0);
+        Some(Parsed { fields, zero: window.zero, buckets: pairs })
+    }
+
+    /// The float fields of a parsed window in codec order, nan where absent.
+    fn floats_of(&self, fields: &[(Cow<'_, str>, Value)]) -> Vec<f64> {
+        self.floats.iter().map(|name| match fields.iter().find(|(k, _)| k == name) {
+            Some((_, Value::Float(v))) => *v,
+            Some((_, Value::Int(n))) => *n as f64,
+            None => f64::NAN,
+        }).collect()
+    }
+}
+
+/// What `new` gained over `old` (see `WindowCodec.delta`): Err(()) when the native reader cannot
+/// tell (Python decides), Ok(None) when something went down.
+#[allow(clippy::type_complexity)]
+fn gained<'b>(new: &'b Parsed<'_>, old: &Parsed<'_>)
+              -> Result<Option<(Vec<(&'b str, Value)>, Vec<(i64, i64)>, i64, i64)>, ()> {
+    let mut counts = Vec::with_capacity(new.fields.len());
+    let mut down = false;
+    // the same window's two texts list their fields in the same order: look there first
+    let find = |at: usize, name: &str| -> Option<Value> {
+        match old.fields.get(at) {
+            Some((k, v)) if k == name => Some(*v),
+            _ => old.fields.iter().find(|(k, _)| k == name).map(|(_, v)| *v),
+        }
+    };
+    let mut found = 0;
+    for (at, (name, value)) in new.fields.iter().enumerate() {
+        let before = find(at, name);
+        found += usize::from(before.is_some());
+        let d = match (*value, before) {
+            (Value::Int(a), None) => Value::Int(a),
+            (Value::Float(a), None) => Value::Float(a - 0.0),
+            (Value::Int(a), Some(Value::Int(b))) => Value::Int(a.checked_sub(b).ok_or(())?),
+            (Value::Float(a), Some(Value::Float(b))) => Value::Float(a - b),
+            _ => return Err(()),
+        };
+        match d {
+            Value::Int(n) => {
+                down |= n < 0;
+                if n != 0 {
+                    counts.push((name.as_ref(), d));
+                }
+            }
+            Value::Float(v) => {
+                if v.is_nan() {
+                    return Err(());
+                }
+                down |= v < 0.0;
+                if v != 0.0 {
+                    counts.push((name.as_ref(), d));
+                }
+            }
+        }
+    }
+    if found != old.fields.len() {
+        down = true; // a field of old that new lacks (names are unique in both)
+    }
+    let mut buckets = Vec::with_capacity(new.buckets.len());
+    let mut j = 0;
+    for &(index, n) in &new.buckets {
+        while j < old.buckets.len() && old.buckets[j].0 < index {
+            down = true; // a bucket of old that new lacks
+            j += 1;
+        }
+        let before = if j < old.buckets.len() && old.buckets[j].0 == index {
+            j += 1;
+            old.buckets[j - 1].1
+        } else {
+            0
+        };
+        let d = n - before;
+        down |= d < 0;
+        if d != 0 {
+            buckets.push((index, d));
+        }
+    }
+    down |= j < old.buckets.len();
+    let zero = new.zero - old.zero;
+    if down || zero < 0 {
+        return Ok(None);
+    }
+    let total = |p: &Parsed<'_>| p.buckets.iter().try_fold(p.zero, |acc, b| acc.checked_add(b.1));
+    let count = total(new).ok_or(())? - total(old).ok_or(())?;
+    Ok(Some((counts, buckets, zero, count)))
+}
+
+#[pymethods]
+impl WindowCodec {
+    #[new]
+    fn new(floats: Vec<String>, zero_field: String, latency_prefix: String) -> Self {
+        WindowCodec { floats, zero_field, latency_prefix }
+    }
+
+    /// `(counts, buckets, zero, bucket total)` of one encoded hash, or None (see the module doc).
+    ///
+    /// `counts` holds the plain fields in their order (the float fields as floats), the names
+    /// interned; `buckets` the sketch's `{index: count}` in index order without zero counts.
+    fn decode<'py>(&self, py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let (head, tail) = split(raw);
+        let Some(window) = self.head(head, false) else { return Ok(None) };
+        if window.zero < 0 {
+            return Ok(None);
+        }
+        let mut pairs = Vec::new();
+        if bucket_pairs(tail, &mut pairs).is_none() {
+            return Ok(None);
+        }
+        pairs.sort_unstable();
+        if pairs.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Ok(None); // listed twice: Python keeps one of them; leave it to Python
+        }
+        let Some((buckets, total)) = buckets_dict(py, &pairs)? else { return Ok(None) };
+        let counts = PyDict::new(py);
+        for (name, value) in &window.fields {
+            set_value(&counts, &PyString::intern(py, name), *value)?;
+        }
+        Ok(Some(PyTuple::new(py, [counts.into_any(), buckets.into_any(), window.zero.into_pyobject(py)?.into_any(),
+                                  total.into_pyobject(py)?.into_any()])?))
+    }
+
+    /// Window `new` against the `old` content of the same window, both as the scripts send them:
+    /// `(traces, floats, gained)` of `new`, `gained` being `(counts, buckets, zero, count)` of what
+    /// it gained (`monitor.store.redis.spans.delta` of the two decoded hashes: the zero differences
+    /// left out) or None when something went down (a rebuild). None when either text is one the
+    /// native reader hands back.
+    fn delta<'py>(&self, py: Python<'py>, new: &[u8], old: &[u8]) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let (Some(a), Some(b)) = (self.parse(new), self.parse(old)) else { return Ok(None) };
+        let traces = match a.fields.iter().find(|(k, _)| k == "traces") {
+            Some((_, Value::Int(n))) => *n,
+            None => 0,
+            _ => return Ok(None),
+        };
+        let floats = self.floats_of(&a.fields).into_pyobject(py)?.into_any();
+        let Ok(step) = gained(&a, &b) else { return Ok(None) };
+        let step = match step {
+            None => py.None().into_bound(py),
+            Some((counts, buckets, zero, count)) => {
+                let c = PyDict::new(py);
+                for (name, value) in counts {
+                    set_value(&c, &PyString::intern(py, name), value)?;
+                }
+                let bk = PyDict::new(py);
+                for (index, n) in buckets {
+                    bk.set_item(index, n)?;
+                }
+                PyTuple::new(py, [c.into_any(), bk.into_any(), zero.into_pyobject(py)?.into_any(),
+                                  count.into_pyobject(py)?.into_any()])?.into_any()
+            }
+        };
+        Ok(Some(PyTuple::new(py, [traces.into_pyobject(py)?.into_any(), floats, step])?))
+    }
+
+    /// A slice's windows (one per start of its range, None where absent) added up per span.
+    ///
+    /// Returns `(counts, floats, spans)` or None: per window its `traces` (0: absent or emptied)
+    /// and its float fields in codec order (nan where absent), and per span (the last
+    /// `suffixes[k]` windows) `(integer fields, zero bucket, buckets, bucket total)`: the integer
+    /// fields summed in first-seen order, the buckets summed in index order without zero sums.
+    /// A window whose `traces` is 0 counts as absent (its floats are still listed, as in Python).
+    fn sums<'py>(&self, py: Python<'py>, raws: &Bound<'py, PyList>, suffixes: Vec<usize>)
+                 -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let n = raws.len();
+        let nf = self.floats.len();
+        let mut counts = vec![0i64; n];
+        let mut floats = vec![f64::NAN; n * nf];
+        let items: Vec<Bound<'py, PyAny>> = raws.iter().collect();
+        // the integer fields' names by id, in first-seen order over the windows
+        let mut names: Vec<String> = Vec::new();
+        let mut ids: FxHashMap<String, usize> = FxHashMap::default();
+        let mut seen_in: Vec<usize> = Vec::new(); // per name id, the last window (+1) that held it
+        let traces = {
+            ids.insert("traces".to_owned(), 0);
+            names.push("traces".to_owned());
+            seen_in.push(0);
+            0
+        };
+        // per present window: its position, (name id, value) fields, zero bucket, its bucket pairs' range
+        let mut present: Vec<Present> = Vec::new();
+        let mut pairs: Vec<(i64, i64)> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            if item.is_none() {
+                continue;
+            }
+            let bytes = item.cast::<PyBytes>()?;
+            let (head, tail) = split(bytes.as_bytes());
+            let Some(window) = self.head(head, true) else { return Ok(None) };
+            let mut ints = Vec::with_capacity(window.fields.len());
+            for (name, value) in window.fields {
+                match (self.float_index(&name), value) {
+                    (Some(j), Value::Float(v)) => floats[i * nf + j] = v,
+                    (None, Value::Int(v)) => {
+                        let id = match ids.get(name.as_ref()) {
+                            Some(&id) => id,
+                            None => {
+                                ids.insert(name.to_string(), names.len());
+                                names.push(name.into_owned());
+                                seen_in.push(0);
+                                names.len() - 1
+                            }
+                        };
+                        if seen_in[id] == i + 1 {
+                            return Ok(None); // a name listed twice: Python keeps the last; leave it to Python
+                        }
+                        seen_in[id] = i + 1;
+                        ints.push((id, v));
+                    }
+                    _ => return Ok(None),
+                }
+            }
+            counts[i] = ints.iter().find(|(id, _)| *id == traces).map_or(0, |(_, v)| *v);
+            if counts[i] == 0 {
+                continue;
+            }
+            let first = pairs.len();
+            if bucket_pairs(tail, &mut pairs).is_none() {
+                return Ok(None);
+            }
+            present.push((i, ints, window.zero, first, pairs.len()));
+        }
+        let spans = PyList::empty(py);
+        let interned: Vec<Bound<'py, PyString>> = names.iter().map(|name| PyString::intern(py, name)).collect();
+        for &length in &suffixes {
+            let first = n.saturating_sub(length);
+            let mut sums = vec![0i64; names.len()];
+            let mut order: Vec<usize> = Vec::with_capacity(names.len());
+            let mut held = vec![false; names.len()];
+            let mut zero = 0i64;
+            let mut span_pairs: Vec<(i64, i64)> = Vec::new();
+            for (_, ints, z, lo, hi) in present.iter().filter(|p| p.0 >= first) {
+                for &(id, v) in ints {
+                    if !held[id] {
+                        held[id] = true;
+                        order.push(id);
+                    }
+                    let Some(s) = sums[id].checked_add(v) else { return Ok(None) };
+                    sums[id] = s;
+                }
+                let Some(s) = zero.checked_add(*z) else { return Ok(None) };
+                zero = s;
+                span_pairs.extend_from_slice(&pairs[*lo..*hi]);
+            }
+            let Some(summed) = summed_pairs(span_pairs) else { return Ok(None) };
+            let Some((buckets, total)) = buckets_dict(py, &summed)? else { return Ok(None) };
+            let out = PyDict::new(py);
+            for id in order {
+                out.set_item(&interned[id], sums[id])?;
+            }
+            spans.append(PyTuple::new(py, [out.into_any(), zero.into_pyobject(py)?.into_any(), buckets.into_any(),
+                                           total.into_pyobject(py)?.into_any()])?)?;
+        }
+        Ok(Some(PyTuple::new(py, [counts.into_pyobject(py)?.into_any(), floats.into_pyobject(py)?.into_any(),
+                                  spans.into_any()])?))
+    }
+}
+
+/// `dst[k] = dst.get(k, 0) + v` for every `(k, v)` of `src`, in `src`'s order: the loop of
+/// `Aggregate.merge` and `LogSketch.merge` over a dict, with Python's own arithmetic.
+#[pyfunction]
+fn add_into(dst: &Bound<'_, PyDict>, src: &Bound<'_, PyDict>) -> PyResult<()> {
+    let zero = 0i64.into_pyobject(dst.py())?;
+    for (key, value) in src.iter() {
+        let sum = match dst.get_item(&key)? {
+            Some(held) => held.add(&value)?,
+            None => zero.add(&value)?,
+        };
+        dst.set_item(key, sum)?;
+    }
+    Ok(())
+}
+
+/// `{k: new[k] - old.get(k, 0)}` without the zero differences, in `new`'s order; None when the
+/// least difference is below 0 (found as Python's `min` finds it) or `old` holds a key `new` lacks:
+/// the difference `monitor.store.redis.spans.delta` takes of two counts dicts or bucket dicts.
+#[pyfunction]
+fn difference<'py>(new: &Bound<'py, PyDict>, old: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let py = new.py();
+    let zero = 0i64.into_pyobject(py)?;
+    let out = PyDict::new(py);
+    let mut least: Option<Bound<'py, PyAny>> = None;
+    for (key, value) in new.iter() {
+        let d = match old.get_item(&key)? {
+            Some(held) => value.sub(&held)?,
+            None => value.sub(&zero)?,
+        };
+        let lower = match &least {
+            None => true,
+            Some(m) => d.lt(m)?,
+        };
+        if lower {
+            least = Some(d.clone());
+        }
+        if d.is_truthy()? {
+            out.set_item(key, d)?;
+        }
+    }
+    if let Some(m) = least {
+        if m.lt(&zero)? {
+            return Ok(None);
+        }
+    }
+    for key in old.keys() {
+        if !new.contains(&key)? {
+            return Ok(None);
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Adds the codec and the dict arithmetic to the module (one line in `lib.rs`).
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<WindowCodec>()?;
+    m.add_function(wrap_pyfunction!(add_into, m)?)?;
+    m.add_function(wrap_pyfunction!(difference, m)?)
+}

@@ -1,0 +1,223 @@
+"""The native reader of packed hashes (native/src/window.rs) gives exactly what the Python reader gives.
+
+Both halves of the exporter's reads that use it: one hash decoded (``wire.decode_hash``) and a
+slice's windows summed per span (``span_sums.fresh_sums``). On any text the native codec either
+returns the Python result to the last bit and in the same field order, or hands the text back
+(None) and Python decides; on the texts the stores write it must not hand any back.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from array import array
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from monitor.aggregate import Aggregate
+from monitor.store.redis import span_sums, wire
+from monitor.store.redis.packed import pack
+from tests.support.traces import make_traces
+
+CODEC = wire.CODEC
+pytestmark = pytest.mark.skipif(CODEC is None, reason="fleetmon_native is not built (make install)")
+
+
+def windows(seed: int, n: int = 12) -> list[Aggregate]:
+    rng = random.Random(seed)
+    traces = make_traces(300, seed=seed)
+    out = [Aggregate.of(rng.sample(traces, rng.randint(1, 60))) for _ in range(n)]
+    odd = Aggregate({"traces": 3, 'tokens_in:m/"x"\u00e9': 12, "fees_usd": 0.1 + 0.2})  # escapes, non-ASCII
+    for seconds in (0.0, 0.0004, 0.2, 30.0):  # the zero bucket, negative and positive indices
+        odd.latency.add(seconds)
+    return [*out, odd, Aggregate({"traces": 1})]
+
+
+def same_aggregate(got: Aggregate, want: Aggregate) -> None:
+    assert repr(list(got.counts.items())) == repr(list(want.counts.items()))  # values (nan too), field order
+    assert [type(v) for v in got.counts.values()] == [type(v) for v in want.counts.values()]
+    assert list(got.latency.buckets.items()) == list(want.latency.buckets.items())
+    assert (got.latency.zero_count, got.latency.count) == (want.latency.zero_count, want.latency.count)
+
+
+def outcome(read, *args):
+    """The reader's result, or the error it raised (a broken text: Python names it as before)."""
+    try:
+        return read(*args)
+    except Exception as exc:  # noqa: BLE001 - compared below, type and message
+        return exc
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_packed_window_decodes_natively_as_in_python(seed):
+    for agg in windows(seed):
+        text = pack(agg).encode()
+        assert CODEC.decode(text) is not None  # the stores' own texts stay on the native path
+        same_aggregate(wire.decode_hash(text), wire.decode_hash_python(text))
+        interned = wire.decode_interned(text.decode())
+        same_aggregate(interned, wire.decode_hash_python(text))
+        assert all(key is __import__("sys").intern(key) for key in interned.counts)
+
+
+#: Values around what the native reader accepts: what Lua and Python print, and what only Python reads.
+VALUES = ["0", "7", "-3", "007", "1.5", "-0.0", "1e-05", "2.5E+3", "1.", ".5", "12345678901234567",
+          "9223372036854775807", "9223372036854775808", "-9223372036854775809", "1e400", "inf", "nan", "+3",
+          " 3", "3 ", "1_0", "", "0x10", "1e", "--1", "١"]
+NAMES = ["traces", "successes", "fees_usd", "latency_sum_seconds", "latency:z", "latency:3", "tokens_in:a/b",
+         'q"uote', "é", "outcome:none"]
+
+
+@st.composite
+def near_misses(draw: st.DrawFn) -> bytes:
+    """Hash texts near the stores' format: odd values, names, escapes, whitespace, broken pairs."""
+    value = st.sampled_from(VALUES[:9] * 8 + VALUES)  # mostly what the stores write
+    name = st.sampled_from(NAMES[:4] * 4 + NAMES)
+    pairs = draw(st.lists(st.tuples(name, value), max_size=6))
+    flat = [x for pair in pairs for x in pair]
+    if draw(st.integers(0, 9)) == 0 and flat:
+        flat.pop()  # an odd list
+    head = orjson.dumps(flat)
+    if draw(st.integers(0, 2)) == 0:
+        head = draw(st.sampled_from([head.replace(b",", b", "), head.replace(b"/", b"\\/"), b"{}", b" [ ] ",
+                                     b"[1,2]", b'["a"', b"", head + b"x"]))
+    count = st.one_of(st.sampled_from(["0", "1", "5", "40"]),
+                      st.sampled_from(["-2", "-7", "x", "1.5", "99999999999999999999"]))
+    tokens = [x for pair in draw(st.lists(st.tuples(st.sampled_from(["1", "-2", "3", "1", "40"]), count),
+                                          max_size=6)) for x in pair]
+    if draw(st.integers(0, 9)) == 0:
+        tokens.append("7")  # odd
+    sep = draw(st.sampled_from([" ", "  ", "\t", " \n "]))
+    return head + b"\n" + sep.join(tokens).encode()
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(near_misses())
+def test_near_miss_texts_decode_as_in_python_or_go_back_to_python(text):
+    want = outcome(wire.decode_hash_python, text)
+    native = CODEC.decode(text)
+    if native is not None:
+        assert not isinstance(want, Exception), (text, want)
+        same_aggregate(wire.decode_hash(text), want)
+    got = outcome(wire.decode_hash, text)
+    if isinstance(want, Exception):
+        assert type(got) is type(want) and str(got) == str(want)
+    else:
+        same_aggregate(got, want)
+
+
+def same_sums(got: span_sums.FreshSums, want: span_sums.FreshSums) -> None:
+    assert got.counts == want.counts
+    assert array("d", got.floats).tobytes() == array("d", want.floats).tobytes()  # nan where absent, bit for bit
+    assert len(got.sums) == len(want.sums)
+    for a, b in zip(got.sums, want.sums):
+        same_aggregate(a, b)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_slices_windows_sum_natively_as_in_python(seed):
+    rng = random.Random(seed)
+    pool = windows(seed)
+    range_ = tuple(range(1000, 1000 + 60 * 61, 60))
+    fetched: dict[int, bytes | str] = {}
+    for start in range_:
+        if rng.random() < 0.8:
+            text = pack(rng.choice(pool))
+            fetched[start] = text if rng.random() < 0.5 else text.encode()  # a client may decode replies
+    expired = rng.choice(range_)
+    fetched[expired] = pack(Aggregate({"fees_usd": 0.25}))  # traces 0: absent, its floats still listed
+    for suffixes in ((5, 61), (61,), (1, 5, 61), (0, 61)):
+        raws = [fetched.get(s) for s in range_]
+        assert CODEC.sums([r.encode() if isinstance(r, str) else r for r in raws], list(suffixes)) is not None
+        same_sums(span_sums.fresh_sums(fetched, range_, suffixes), span_sums.fresh_sums_python(fetched, range_,
+                                                                                                suffixes))
+    empty = span_sums.fresh_sums({}, range_, (5, 61))
+    same_sums(empty, span_sums.fresh_sums_python({}, range_, (5, 61)))
+    assert all(math.isnan(v) for v in empty.floats)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.none(), near_misses()), min_size=1, max_size=6), st.data())
+def test_near_miss_windows_sum_as_in_python_or_go_back_to_python(texts, data):
+    range_ = tuple(range(len(texts)))
+    fetched = {i: t for i, t in enumerate(texts) if t is not None}
+    suffixes = tuple(data.draw(st.lists(st.integers(0, len(texts)), min_size=1, max_size=3)))
+    want = outcome(span_sums.fresh_sums_python, fetched, range_, suffixes)
+    if CODEC.sums(list(texts), list(suffixes)) is not None:
+        assert not isinstance(want, Exception), (texts, want)
+    got = outcome(span_sums.fresh_sums, fetched, range_, suffixes)
+    if isinstance(want, Exception):
+        assert type(got) is type(want) and str(got) == str(want)
+    else:
+        same_sums(got, want)
+
+
+NUMBERS = st.one_of(st.integers(-5, 2**70), st.floats(allow_nan=False, width=64), st.sampled_from([0, 0.0, -0.0]))
+DICTS = st.dictionaries(st.one_of(st.sampled_from(["traces", "fees_usd", "a", "b"]), st.integers(-3, 5)), NUMBERS,
+                        max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(DICTS, DICTS)
+def test_dict_differences_natively_as_in_python(new, old):
+    assert span_sums._difference is not None
+    got, want = span_sums.difference(new, old), span_sums.difference(new, old, native=False)
+    assert repr(None if got is None else list(got.items())) == repr(None if want is None else list(want.items()))
+    grown = {k: v + abs(new.get(k, 0)) for k, v in old.items()}  # never below: mostly a difference
+    got, want = span_sums.difference(grown, old), span_sums.difference(grown, old, native=False)
+    assert repr(None if got is None else list(got.items())) == repr(None if want is None else list(want.items()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(DICTS, DICTS, st.dictionaries(st.integers(-50, 50), st.integers(0, 2**66), max_size=6),
+       st.dictionaries(st.integers(-50, 50), st.integers(0, 2**66), max_size=6))
+def test_merging_natively_is_aggregate_merge(a, b, buckets_a, buckets_b):
+    def agg(counts: dict, buckets: dict) -> Aggregate:
+        out = Aggregate(dict(counts))
+        out.latency.buckets, out.latency.zero_count = dict(buckets), 2
+        out.latency.count = 2 + sum(buckets.values())
+        return out
+
+    got = span_sums.merge_into(agg(a, buckets_a), agg(b, buckets_b))
+    same_aggregate(got, agg(a, buckets_a).merge(agg(b, buckets_b)))
+    other = agg(b, buckets_b)
+    other.latency.relative_accuracy = 0.05  # a sketch of other parameters: refused as merge refuses it
+    with pytest.raises(ValueError, match="different parameters"):
+        span_sums.merge_into(agg(a, buckets_a), other)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_windows_increment_reads_natively_as_the_difference_of_its_decoded_texts(seed):
+    rng = random.Random(seed)
+    pool = windows(seed)
+    for _ in range(40):
+        old = rng.choice(pool)
+        new = old.copy().merge(rng.choice(pool)) if rng.random() < 0.7 else rng.choice(pool)  # or unrelated
+        for a, b in ((new, old), (old, old), (old, Aggregate({"traces": 1}))):
+            raw_a, raw_b = pack(a).encode(), pack(b).encode()
+            got = CODEC.delta(raw_a, raw_b)
+            assert got is not None  # the stores' texts stay native
+            want_a, want_b = wire.decode_hash_python(raw_a), wire.decode_hash_python(raw_b)
+            assert got[0] == want_a.traces
+            assert array("d", got[1]).tobytes() == array("d", span_sums.window_floats(want_a)).tobytes()
+            want = span_sums.delta(want_a, want_b)
+            assert (got[2] is None) == (want is None)
+            if want is not None:
+                same_aggregate(span_sums._sketched(*got[2]), want)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(near_misses(), near_misses())
+def test_near_miss_increments_read_as_in_python_or_go_back_to_python(new, old):
+    got = CODEC.delta(new, old)
+    if got is None:
+        return
+    want_a, want_b = wire.decode_hash_python(new), wire.decode_hash_python(old)  # both readable by Python
+    assert got[0] == want_a.traces
+    assert array("d", got[1]).tobytes() == array("d", span_sums.window_floats(want_a)).tobytes()
+    want = span_sums.delta(want_a, want_b)
+    assert (got[2] is None) == (want is None)
+    if want is not None:
+        same_aggregate(span_sums._sketched(*got[2]), want)
