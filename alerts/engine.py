@@ -45,6 +45,7 @@ from alerts.decide import Finding, Policy, decide_comparison
 from alerts.evidence import ArmCounts, CanaryStrata, Comparison
 from alerts.lifecycle import AlertEvent, AlertState, LifecycleConfig, active_events, evaluate, fingerprint
 from alerts.notifiers import Notifier, NotifyError, destinations
+from alerts.saved_findings import FINDINGS_STATE_NAME
 from monitor.groupings import STRATUM_DIMENSION, comparison_feeds
 from monitor.pairing import PairedCounts, read_paired_evidence
 from monitor.schema import COMPARISON_ARMS
@@ -57,7 +58,6 @@ STATE_NAME = "alerts"
 OUTBOX_SUFFIX = ".outbox"
 #: Undelivered events kept per destination; older ones are dropped (and logged) beyond it.
 OUTBOX_LIMIT = 1000
-FINDINGS_STATE_NAME = "findings"
 CANARY_STATE_NAME = "canary"
 ENVIRONMENT_STATE_NAME = "environment"
 SHADOW_ARM, CANARY_ARM = COMPARISON_ARMS
@@ -325,18 +325,3 @@ def findings_by_slice(findings: Sequence[Finding], kind: str = "success_regressi
 def from_engine(engine: AlertEngine) -> Callable[[], list[dict[str, Any]]]:
     """Finding snapshots of ``engine``'s last evaluation (same process), read at each call."""
     return lambda: findings_snapshot(engine.findings, engine.state)
-
-
-def from_store(store: Store, max_age_seconds: float = 300.0, *,
-               clock: Callable[[], float]) -> Callable[[], list[dict[str, Any]]]:
-    """Finding snapshots the engine last saved in ``store``; none once older than ``max_age_seconds``.
-
-    A stopped engine's evidence thus disappears instead of freezing; ``clock`` gives epoch seconds.
-    """
-    def read() -> list[dict[str, Any]]:
-        saved = store.get_state(FINDINGS_STATE_NAME) or {}
-        if clock() - saved.get("ts", float("-inf")) > max_age_seconds:
-            return []
-        findings: list[dict[str, Any]] = saved.get("findings", [])
-        return findings
-    return read

@@ -26,7 +26,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, unquote
 
 from monitor.counters import Counters
@@ -34,7 +34,9 @@ from monitor.delta import BatchDelta
 from monitor.pricing import PriceMap
 from monitor.schema import PAIRED_ARMS, Trace
 from monitor.slices import SliceKey, Slicer, comparison_slices, parse_slice_id, slice_id
-from monitor.stats.capped_mean import CappedSums
+
+if TYPE_CHECKING:  # numpy (capped_mean's) loads where the sums are used, not in every CLI command
+    from monitor.stats.capped_mean import CappedSums
 
 PAIR_PREFIX = "pair:"
 
@@ -152,6 +154,8 @@ class PairedCounts(Counters):
         n = int(getattr(self, f"capped_{quantity}_n"))
         b, c, bb, cc, bc, cap = (float(getattr(self, f"capped_{quantity}_{name}"))
                                  for name in ("b", "c", "bb", "cc", "bc", "cap"))
+        from monitor.stats.capped_mean import CappedSums
+
         return CappedSums(n, b, c, bb, cc, bc, cap / n if n else 1.0)
 
     def hash_fields(self) -> dict[str, float]:

@@ -39,7 +39,7 @@ def _deprecated_topic() -> str | None:
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
-    from alerts.engine import from_store
+    from alerts.saved_findings import from_store
     from monitor.config import ConfigError, load
     from monitor.exporter.collector import serve
     from monitor.exporter.comparisons import ComparisonCollector

@@ -104,7 +104,8 @@ def test_simulated_regression_moves_only_the_candidate_after_its_start():
 def test_comparison_metrics_from_a_stored_snapshot():
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from alerts.engine import AlertEngine, from_store
+    from alerts.engine import AlertEngine
+    from alerts.saved_findings import from_store
     from monitor.exporter.comparisons import ComparisonCollector
     from monitor.fold import fold
     from monitor.pairing import Pairer
