@@ -4,7 +4,9 @@ The native fold (``fleetmon_native``, :mod:`streams.native`) may only ever
 differ from Python by being faster: for any batch, decoding with it must give
 the same rejections (with Python's reasons) and the same delta — every
 window, total, counter, sketch bucket and latest event time, float sums
-included bit for bit, since both add in trace order. Random records come
+included bit for bit, since both place the same groups in the same order
+(:func:`monitor.fold.place_groups`: its sums depend on the ordered groups
+alone). Random records come
 from hypothesis, built to sit on the edges of the schema (wrong types,
 negative and huge numbers, -0, escapes, duplicate keys, aliases, the compact
 form, tags); a list of hand-picked ones covers what random search may miss.
