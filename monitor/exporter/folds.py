@@ -6,7 +6,9 @@ next scrape a row whose members are the same objects is handed out again (the sa
 collector's rendered blocks are reused), and one whose member list is the same but some members
 changed is moved by those members' changes only: the ops the reader reports for them
 (:attr:`monitor.store.redis.reads.SpanReader.steps`, a window's increment: a few buckets), else
-their difference (:func:`monitor.store.redis.span_sums.delta`). Anything else is merged afresh.
+their difference (:func:`monitor.store.redis.span_sums.delta`) unless the reader moved the member in
+place (its previous object is then :func:`~monitor.store.redis.span_sums.stale`). Anything else is
+merged afresh.
 
 Guarantee: every row equals a fresh merge of its members field for field and in field order
 (integer counts and sketch buckets are added exactly; the float fields are summed again over the
@@ -23,7 +25,7 @@ from typing import NamedTuple
 
 from monitor.aggregate import FLOAT_FIELDS, Aggregate
 from monitor.store.redis.reads import Steps
-from monitor.store.redis.span_sums import delta, merge_into
+from monitor.store.redis.span_sums import delta, merge_into, stale
 
 _FLOAT_FIELDS = tuple(sorted(FLOAT_FIELDS))
 
@@ -77,7 +79,7 @@ class RowFolds:
                 merged = known.merged
                 self.last["reused"] += 1
             elif 2 * len(set(names).symmetric_difference(known.members)) < len(names):
-                merged = _moved(known, parts, key[0], names, steps)
+                merged = _moved(known, parts, key[0], names, steps, aggregates)
                 if merged is not None:
                     self.last["moved"] += 1
         if merged is None:
@@ -88,14 +90,32 @@ class RowFolds:
 
 
 def _moved(known: _Row, parts: tuple[Aggregate, ...], span: int, names: tuple[str, ...],
-           steps: Steps) -> Aggregate | None:
+           steps: Steps, aggregates: Mapping[str, Aggregate]) -> Aggregate | None:
     """``known.merged`` moved by the members that changed, left or joined; None when a change is not
-    known exactly."""
+    known exactly.
+
+    A member's previous aggregate that the reader moved in place (:func:`stale`) is never read:
+    when such a member left the row, its old content is taken out as its current one without the
+    step that moved it.
+    """
     out = known.merged.copy()
     was = dict(zip(known.members, known.parts))
     try:
-        for sid in was.keys() - set(names):
-            out.subtract(was[sid])  # left the row: exact, it was merged in
+        for sid in was.keys() - set(names):  # left the row: exact, it was merged in
+            gone = was[sid]
+            if not stale(gone):
+                out.subtract(gone)
+                continue
+            step, now = steps.get((span, sid)), aggregates.get(sid)
+            if step is None or now is None or step[0] is not gone or step[1] is not now:
+                return None
+            for add, part in step[2]:  # + what it gained - what it lost - its current content
+                if add:
+                    merge_into(out, part)
+            for add, part in step[2]:
+                if not add:
+                    out.subtract(part)
+            out.subtract(now)
         for sid, now in zip(names, parts):
             before = was.get(sid)
             if now is before:
@@ -111,6 +131,8 @@ def _moved(known: _Row, parts: tuple[Aggregate, ...], span: int, names: tuple[st
                     else:
                         out.subtract(part)
                 continue
+            if stale(before):
+                return None  # moved in place by a step that does not lead here: merged afresh
             gained = delta(now, before)
             if gained is None:
                 return None  # something went down (a rebuild): merged afresh

@@ -10,6 +10,8 @@
 //! goes back to the Python reader, which decides and reports it as before. Field names are
 //! interned Python strings, as the exporter's caches keep them.
 
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
@@ -627,9 +629,46 @@ fn difference<'py>(new: &Bound<'py, PyDict>, old: &Bound<'py, PyDict>) -> PyResu
     Ok(Some(out))
 }
 
+/// Per float field, the left fold of its values (`functools.reduce(operator.add, values)`) over the
+/// windows `first .. first + length` of a flat float array of `nf` fields a window (nan: absent), in
+/// window order: `monitor.store.redis.span_sums.resum_floats`'s additions, in its order, so the sums
+/// are the very same doubles; None for a field no window holds.
+#[pyfunction]
+fn resum_floats(py: Python<'_>, floats: PyBuffer<f64>, first: usize, length: usize, nf: usize)
+                -> PyResult<Vec<Option<f64>>> {
+    let cells = floats.to_vec(py)?;
+    let end = first.checked_add(length).and_then(|e| e.checked_mul(nf));
+    if end.is_none_or(|e| e > cells.len()) {
+        return Err(PyValueError::new_err(format!(
+            "windows {first}..{first}+{length} of {nf} floats each are past the array's {} floats", cells.len())));
+    }
+    let mut out: Vec<Option<f64>> = vec![None; nf];
+    for window in cells[first * nf..(first + length) * nf].chunks_exact(nf.max(1)) {
+        for (slot, &v) in out.iter_mut().zip(window) {
+            if !v.is_nan() {
+                *slot = Some(match *slot {
+                    None => v,
+                    Some(acc) => acc + v,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The positions where two arrays of counts differ, over the shorter one's length
+/// (`[i for i, (a, b) in enumerate(zip(new, old)) if a != b]`).
+#[pyfunction]
+fn changed_positions(py: Python<'_>, new: PyBuffer<i64>, old: PyBuffer<i64>) -> PyResult<Vec<usize>> {
+    let (a, b) = (new.to_vec(py)?, old.to_vec(py)?);
+    Ok(a.iter().zip(&b).enumerate().filter(|(_, (x, y))| x != y).map(|(i, _)| i).collect())
+}
+
 /// Adds the codec and the dict arithmetic to the module (one line in `lib.rs`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<WindowCodec>()?;
     m.add_function(wrap_pyfunction!(add_into, m)?)?;
-    m.add_function(wrap_pyfunction!(difference, m)?)
+    m.add_function(wrap_pyfunction!(difference, m)?)?;
+    m.add_function(wrap_pyfunction!(resum_floats, m)?)?;
+    m.add_function(wrap_pyfunction!(changed_positions, m)?)
 }

@@ -16,7 +16,10 @@ is a ``fleetmon rebuild`` swap (which may keep a repaired hash's count: every re
 first reads the generation's rebuild count and drops the caches when it moved). The
 cache holds the active slices only (a slice that stops being active is dropped).
 Unchanged sums and totals are the *same objects* as on the previous scrape (the
-exporter's caches hit by identity). Spans as long as the resolution's retention,
+exporter's caches hit by identity); a changed one is a new object, and when its windows
+only gained it is the previous one's dicts moved in place (no copy: a scrape does not hold
+both), the previous object then :func:`~monitor.store.redis.span_sums.stale` (reading it
+raises; :attr:`SpanReader.steps` say how the new one was made of it). Spans as long as the resolution's retention,
 and stores without scripts (the in-memory store), are read through the plain
 :class:`~monitor.store.base.Store` methods, without caching. Why a count
 identifies a window's content, and the cost figures: docs/metrics.md.
@@ -25,6 +28,7 @@ identifies a window's content, and the cost figures: docs/metrics.md.
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -227,7 +231,7 @@ class SpanReader:
                 if cached is not None and cached.version == self._spans[sid].version:
                     totals[sid] = cached.totals
                 continue
-            counts = list(map(int, text(reply[1]).split()))
+            counts = array("q", map(int, text(reply[1]).split()))
             if len(counts) != len(range_):
                 raise StoreError(f"the counts script sent {len(counts)} counts for slice {sid!r}, "
                                  f"expected one per window start ({len(range_)})")
@@ -249,7 +253,7 @@ class SpanReader:
             requests.append((keys, args))
         return requests
 
-    def _plan(self, sid: str, version: str, counts: list[int], range_: tuple[int, ...],
+    def _plan(self, sid: str, version: str, counts: Sequence[int], range_: tuple[int, ...],
               suffixes: tuple[int, ...]) -> Change:
         """Which windows of ``sid`` to fetch (between a group's two scripts); see :func:`plan`."""
         cached = self._totals.get(sid)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache, reduce
 from operator import add
 from sys import intern
@@ -28,6 +28,11 @@ try:  # the dict arithmetic of native/src/window.rs: Python's own additions, wit
     from fleetmon_native import difference as _difference
 except ImportError:  # pragma: no cover - a tree without `make install`
     _add_into = _difference = None
+try:  # the float re-sum and the count comparison of native/src/window.rs (an extension built before them: Python)
+    from fleetmon_native import changed_positions as _changed_positions
+    from fleetmon_native import resum_floats as _resum_floats
+except ImportError:  # pragma: no cover - a tree without `make install`
+    _changed_positions = _resum_floats = None
 
 NAN = math.nan
 #: Float fields per window in the cache's flat float arrays.
@@ -65,6 +70,58 @@ def difference(new: Mapping[Any, Any], old: Mapping[Any, Any], native: bool = Tr
     if min(out.values(), default=0) < 0 or old.keys() - new.keys():
         return None
     return {k: v for k, v in out.items() if v}
+
+
+#: How an aggregate became its successor: each part merged in (True) or taken out (False), in order
+#: (the float fields excepted: the successor's are summed afresh).
+Ops = tuple[tuple[bool, Aggregate], ...]
+
+
+def steps_of(total: Aggregate, moves: Iterable[tuple[int, int, int]], gained: Mapping[int, Aggregate | None],
+             windows: Windows) -> list[Aggregate] | None:
+    """The parts that move ``total`` when every move only adds (a window that gained a known
+    increment, or one that came in: its content), each a sketch of ``total``'s parameters, so
+    that nothing can fail while they are merged; else None (a window is taken out: on a copy)."""
+    out = []
+    sketch = total.latency
+    try:
+        for start, before, after in moves:
+            part = (gained.get(start) if before else windows.content(start, after)) if after else None
+            if part is None or not same_sketch(sketch, part):
+                return None
+            out.append(part)
+    except ValueError:
+        return None  # a window that does not read: the copy's merge says so
+    return out
+
+
+def same_sketch(a: LogSketch, b: Aggregate) -> bool:
+    """Whether ``b``'s sketch merges into ``a`` (the same parameters), so that merging cannot fail."""
+    return a.relative_accuracy == b.latency.relative_accuracy and a.min_value == b.latency.min_value
+
+
+def added(total: Aggregate, steps: Sequence[Aggregate]) -> tuple[Aggregate, Ops]:
+    """``total`` moved by ``steps`` in place, under a new object (see :func:`moved_in_place`), and the ops."""
+    out = moved_in_place(total)
+    for step in steps:
+        merge_into(out, step)
+    return out, tuple((True, step) for step in steps)
+
+
+def moved_in_place(total: Aggregate) -> Aggregate:
+    """A new aggregate over ``total``'s own dicts and sketch, to be moved in place (no copy, so a
+    scrape does not hold the old and the new sums at once): "changed" stays "another object" for
+    the exporter's caches. ``total`` is left :func:`stale` (its content is gone: reading it raises
+    AttributeError); the reader's steps say how the new one was made of it. Call it only once every
+    check passed: nothing may fail once the dicts are moved."""
+    out = Aggregate(total.counts, total.latency)
+    del total.counts, total.latency
+    return out
+
+
+def stale(agg: Aggregate) -> bool:
+    """Whether ``agg`` was :func:`moved_in_place` (only its identity is left)."""
+    return not hasattr(agg, "latency")
 
 
 def delta(new: Aggregate, old: Aggregate) -> Aggregate | None:
@@ -240,13 +297,25 @@ def fresh_sums_python(fetched: Mapping[int, bytes], range_: tuple[int, ...], suf
     return FreshSums(counts, floats, sums)
 
 
-def resum_floats(total: Aggregate, floats: Sequence[float], range_: tuple[int, ...], span: Sequence[int]
-                 ) -> Aggregate:
+def changed(new: Sequence[int], old: Sequence[int], native: bool = True) -> list[int]:
+    """The positions where two count sequences differ, over the shorter one's length (natively when
+    both are ``array("q")`` and the extension is built)."""
+    if not new or not old:
+        return []  # (an empty array's buffer is not aligned for the native reader)
+    if native and _changed_positions is not None and isinstance(new, array) and isinstance(old, array) \
+            and new.typecode == old.typecode == "q":
+        return _changed_positions(new, old)
+    return [i for i, (a, b) in enumerate(zip(new, old)) if a != b]
+
+
+def resum_floats(total: Aggregate, floats: Sequence[float], range_: tuple[int, ...], span: Sequence[int],
+                 native: bool = True) -> Aggregate:
     """Set the float fields of ``total`` to their sum over ``span``'s windows, in window order.
 
     The same additions, in the same order, as a fresh merge of the windows
     (a left fold: not ``sum()``, which compensates from Python 3.12 on), so
-    subtracting never leaves rounding residue behind.
+    subtracting never leaves rounding residue behind. Natively (native/src/window.rs, the
+    same additions) when ``floats`` is an ``array("d")`` and the extension is built.
     """
     counts = total.counts
     if not span:
@@ -254,6 +323,13 @@ def resum_floats(total: Aggregate, floats: Sequence[float], range_: tuple[int, .
             counts.pop(key, None)
         return total
     first = positions(range_)[span[0]]
+    if native and _resum_floats is not None and isinstance(floats, array) and floats.typecode == "d":
+        for key, value in zip(FLOATS, _resum_floats(floats, first, len(span), N_FLOATS)):
+            if value is None:
+                counts.pop(key, None)
+            else:
+                counts[key] = value
+        return total
     for j, key in enumerate(FLOATS):
         values = [v for v in floats[first * N_FLOATS + j:(first + len(span)) * N_FLOATS:N_FLOATS] if v == v]
         if values:

@@ -17,13 +17,16 @@ window whose old content is not cached, a count that went down (a rebuild), or a
 sum that does not add up turns the slice's update into a fresh sum of its
 windows (:mod:`monitor.store.redis.span_sums`). Integer counts and sketch buckets
 are added and subtracted exactly; the float fields are re-summed over the cached
-floats in window order, so a sum equals a fresh merge field for field.
+floats in window order, so a sum equals a fresh merge field for field. A sum whose
+windows only gained or came in is moved in place under a new object (``span_sums.added``:
+nothing is copied, nothing can fail once it starts); one a window left is moved on a copy,
+and before any sum of the slice is moved in place.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -31,11 +34,16 @@ from monitor.aggregate import Aggregate
 from monitor.store.redis.span_sums import (
     N_FLOATS,
     NAN,
+    Ops,
     Windows,
+    added,
+    changed,
     fresh_sums,
     merge_into,
     positions,
     resum_floats,
+    same_sketch,
+    steps_of,
 )
 from monitor.store.redis.wire import FLOATS, text
 
@@ -98,7 +106,7 @@ class Change:
 
     sid: str
     version: str
-    counts: list[int]
+    counts: Sequence[int]
     wanted: list[int] = field(default_factory=list)
     leaving: dict[int, int] = field(default_factory=dict)
     fresh: bool = False
@@ -109,7 +117,7 @@ def _span(starts: tuple[int, ...], length: int) -> tuple[int, ...]:
     return starts[len(starts) - length:]
 
 
-def plan(sid: str, version: str, counts: list[int], range_: tuple[int, ...], suffixes: tuple[int, ...],
+def plan(sid: str, version: str, counts: Sequence[int], range_: tuple[int, ...], suffixes: tuple[int, ...],
          state: SliceSpans | None, totals_version: str | None) -> Change:
     """Which windows to fetch, and whether the totals can follow the windows.
 
@@ -126,16 +134,16 @@ def plan(sid: str, version: str, counts: list[int], range_: tuple[int, ...], suf
     if state.starts == range_ and state.suffixes == suffixes:  # nothing slid: only changed windows move
         recent = state.recent
         grown = 0
-        for start, count, before in zip(range_, counts, state.counts):
-            if count != before:
-                if count < before:
-                    return _fresh(change, range_)  # a rebuild
-                if before:
-                    entry = recent.get(start)
-                    if entry is None or entry[0] != before:
-                        return _fresh(change, range_)  # the old content to take out is not cached
-                change.wanted.append(start)
-                grown += count - before
+        for i in changed(counts, state.counts):
+            start, count, before = range_[i], counts[i], state.counts[i]
+            if count < before:
+                return _fresh(change, range_)  # a rebuild
+            if before:
+                entry = recent.get(start)
+                if entry is None or entry[0] != before:
+                    return _fresh(change, range_)  # the old content to take out is not cached
+            change.wanted.append(start)
+            grown += count - before
         return _shortcut(change, state, totals_version, grown)
     new = dict(zip(range_, counts))
     old = dict(zip(state.starts, state.counts))
@@ -179,11 +187,6 @@ def _fresh(change: Change, range_: tuple[int, ...]) -> Change:
     change.fresh = True
     change.wanted = [start for start, count in zip(range_, change.counts) if count > 0]
     return change
-
-
-#: How an aggregate became its successor: each part merged in (True) or taken out (False), in order
-#: (the float fields excepted: the successor's are summed afresh).
-Ops = tuple[tuple[bool, Aggregate], ...]
 
 
 class Update(NamedTuple):
@@ -234,26 +237,26 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
         return 0 if j is None else old_counts[j]
 
     if steady:
-        changed = [i for i, (now, before) in enumerate(zip(counts, old_counts)) if now != before]
+        differ = changed(counts, old_counts)
     else:
-        changed = [i for i, start in enumerate(range_) if counts[i] != old_count(start)]
+        differ = [i for i, start in enumerate(range_) if counts[i] != old_count(start)]
     has = windows.has
     gained: dict[int, Aggregate | None] = {}  # what the changed windows of the known range gained
     first_known, last_known = old.starts[0], old.starts[-1]
-    for i in changed:
+    for i in differ:
         start = range_[i]
         if first_known <= start <= last_known:
             before = old_count(start)
             if not has(start, counts[i]) or (before and not has(start, before)):
                 return None
             gained[start] = windows.gained(start, counts[i], before) if before else windows.content(start, counts[i])
-    sums, ops = [], []
+    planned: list[list[tuple[int, int, int]]] = []  # per span, its windows' moves (all checked first)
     for k, length in enumerate(suffixes):
         span = _span(range_, length)
         moves = []
         if steady and old.suffixes[k] == length:  # only the changed windows moved
             first = len(range_) - length
-            for i in changed:
+            for i in differ:
                 if i >= first:
                     before = old_counts[i]
                     if (before and not has(range_[i], before)) or (counts[i] and not has(range_[i], counts[i])):
@@ -271,14 +274,18 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
                 if (c_old and not has(start, c_old)) or (c_new and not has(start, c_new)):
                     return None
                 moves.append((start, c_old, c_new))
-        total, span_ops = old.sums[k], None
-        if moves:
-            moved = _moved(total, moves, gained, windows)
+        planned.append(moves)
+    parts = [steps_of(old.sums[k], moves, gained, windows) for k, moves in enumerate(planned)]
+    sums: list[Aggregate] = list(old.sums)
+    ops: list[Ops | None] = [None] * len(suffixes)
+    # the spans moved on a copy first (one may not add up): none is moved in place before they all did
+    for k in sorted(range(len(suffixes)), key=lambda k: parts[k] is not None):
+        if planned[k]:
+            known = parts[k]
+            moved = _moved(sums[k], planned[k], gained, windows) if known is None else added(sums[k], known)
             if moved is None:
                 return None
-            total, span_ops = resum_floats(moved[0], floats, range_, span), moved[1]
-        sums.append(total)
-        ops.append(span_ops)
+            sums[k], ops[k] = resum_floats(moved[0], floats, range_, _span(range_, suffixes[k])), moved[1]
     recent = _recent(range_, counts, windows, old)
     return Update(SliceSpans(version, range_, suffixes, counts, floats, recent, sums), gained, tuple(ops))
 
@@ -357,21 +364,15 @@ def followed_totals(cached: Aggregate, change: Change, old: SliceSpans, gained: 
     """
     if change.version == old.version:
         return cached, ()
-    total = cached.copy()
     first, last = old.starts[0], old.starts[-1]
-    ops = []
-    try:
-        for start, step in gained.items():
-            if first <= start <= last:
-                if step is None:
-                    return None
-                merge_into(total, step)
-                ops.append((True, step))
-    except ValueError:
+    steps = [step for start, step in gained.items() if first <= start <= last]
+    if any(step is None or not same_sketch(cached.latency, step) for step in steps):
         return None
-    for key, value in zip(FLOATS, text(floats).split(" ")):
-        if value:
-            total.counts[key] = float(value)
+    values = [(key, float(value) if value else None) for key, value in zip(FLOATS, text(floats).split(" "))]
+    total, ops = added(cached, [step for step in steps if step is not None])  # checked: nothing fails now
+    for key, number in values:
+        if number is not None:
+            total.counts[key] = number
         else:
             total.counts.pop(key, None)
-    return total, tuple(ops)
+    return total, ops

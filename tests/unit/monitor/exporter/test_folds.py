@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.aggregate import Aggregate
 from monitor.exporter.folds import RowFolds, merge_fresh
+from monitor.store.redis.span_sums import merge_into, moved_in_place, stale
 from tests.support.traces import make_traces
 
 MODELS = ("m1", "m2", "m3")
@@ -91,3 +93,41 @@ def test_an_unchanged_row_is_the_same_object_and_a_changed_one_is_moved():
     assert folds.last == {"reused": 0, "moved": 1, "merged": 0}
     same(moved, merge_fresh([members[sid] for sid in sorted(members)]))
     assert folds.row((0, "lonely"), ["s2"], members, {}) is members["s2"]  # one member: the reader's own object
+
+
+def test_members_moved_in_place_are_never_read_stale():
+    """The reader moves a changed sum in place under a new object (the old one is left stale): a row
+    takes such a member out through its step, and merges afresh when no step leads to it."""
+    members = {f"s{i}": traffic(i, 20) for i in range(5)}
+    folds = RowFolds()
+    folds.start()
+    folds.row((0, "other"), sorted(members), members, {})
+    folds.finish()
+    before = members["s4"]
+    extra = traffic(77, 6)
+    members["s4"] = merge_into(moved_in_place(before), extra)
+    assert stale(before)
+    with pytest.raises(AttributeError):
+        before.counts  # noqa: B018 - its content is gone: a stale read fails loudly
+    steps = {(0, "s4"): (before, members["s4"], ((True, extra),))}
+    rest = ["s0", "s1", "s2", "s3"]
+    folds.start()
+    row = folds.row((0, "other"), rest, members, steps)  # s4 left (served alone): out through its step
+    folds.finish()
+    assert folds.last == {"reused": 0, "moved": 1, "merged": 0}
+    same(row, merge_fresh([members[sid] for sid in rest]))
+    for member, reported in (("s2", lambda b, now, x: {(0, "s2"): (b, b, ((True, x),))}), ("s3", lambda *_: {})):
+        before, extra = members[member], traffic(78, 4)
+        members[member] = merge_into(moved_in_place(before), extra)
+        folds.start()  # a stale member without a step that leads to its current object: merged afresh
+        row = folds.row((0, "other"), rest, members, reported(before, members[member], extra))
+        folds.finish()
+        assert folds.last == {"reused": 0, "moved": 0, "merged": 1}
+        same(row, merge_fresh([members[sid] for sid in rest]))
+    before, extra = members["s1"], traffic(79, 4)
+    members["s1"] = merge_into(moved_in_place(before), extra)
+    folds.start()  # and a stale member that left without a step
+    row = folds.row((0, "other"), ["s0", "s2", "s3"], members, {})
+    folds.finish()
+    assert folds.last == {"reused": 0, "moved": 0, "merged": 1}
+    same(row, merge_fresh([members[sid] for sid in ("s0", "s2", "s3")]))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+from array import array
 
 import orjson
 import pytest
 
 from monitor.aggregate import FLOAT_FIELDS, Aggregate
+from monitor.store.redis.span_sums import stale
 from monitor.store.redis.spans import Change, fresh_spans, plan, updated
 from tests.support.traces import make_traces
 
@@ -48,20 +50,31 @@ def test_fresh_sums_and_incremental_updates_equal_plain_merges(seed):
     state = fresh_spans("1", {s: encoded(a, rng) for s, a in content.items()}, range_, suffixes)
     for k, length in enumerate(suffixes):
         assert state.sums[k].to_dict() == merged(content, range_[-length:]).to_dict()
-    version = 1
+    version, in_place = 1, 0
     for step in range(8):  # writes into the newest minutes (cached), then into an old one (not cached)
         start = range_[-2 - step % 3] if step < 7 else range_[10]
         extra = Aggregate.of(make_traces(rng.randint(1, 9), seed=100 * seed + step))
         content[start] = content[start].copy().merge(extra) if start in content else extra
         version += extra.traces
         counts = [content[s].traces if s in content else 0 for s in range_]
+        if step % 2:  # as the reader parses them (compared natively), or a list (in Python): the same plan
+            counts = array("q", counts)
         change = plan("s", str(version), counts, range_, suffixes, state, state.version)
         assert change.fresh == (step == 7) and change.shortcut != change.fresh
+        was = [agg.to_dict() for agg in state.sums]
         update = updated(change, state, {s: encoded(content[s], rng) for s in change.wanted}, range_, suffixes, True)
         assert update is not None
+        for k, span_ops in enumerate(update.ops):
+            if span_ops:  # a changed sum is another object: moved in place (its windows only gained), or a copy
+                assert update.spans.sums[k] is not state.sums[k]
+                if stale(state.sums[k]):  # moved in place: its dicts are the new sum's, not copied
+                    in_place += 1
+                else:
+                    assert state.sums[k].to_dict() == was[k]  # the copy's original left as it was
         state = update.spans
         for k, length in enumerate(suffixes):
             assert state.sums[k].to_dict() == merged(content, range_[-length:]).to_dict(), (step, k)
+    assert in_place > 0
 
 
 def test_a_count_that_went_down_is_a_fresh_sum():

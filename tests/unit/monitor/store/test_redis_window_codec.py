@@ -221,3 +221,35 @@ def test_near_miss_increments_read_as_in_python_or_go_back_to_python(new, old):
     assert (got[2] is None) == (want is None)
     if want is not None:
         same_aggregate(span_sums._sketched(*got[2]), want)
+
+
+FLOATS_OR_ABSENT = st.one_of(st.floats(allow_nan=False, width=64), st.just(math.nan))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 70), st.data())
+def test_float_fields_resum_natively_with_the_same_additions_in_the_same_order(n, data):
+    assert span_sums._resum_floats is not None
+    floats = array("d", data.draw(st.lists(FLOATS_OR_ABSENT, min_size=n * span_sums.N_FLOATS,
+                                           max_size=n * span_sums.N_FLOATS)))
+    range_ = tuple(range(0, 60 * n, 60))
+    span = range_[n - data.draw(st.integers(0, n)):]
+    got, want = Aggregate({"traces": 1, "fees_usd": 9.5}), Aggregate({"traces": 1, "fees_usd": 9.5})
+    span_sums.resum_floats(got, floats, range_, span)
+    span_sums.resum_floats(want, floats, range_, span, native=False)
+    assert list(got.counts) == list(want.counts)  # a field no window holds is left out: the same keys, in order
+    assert [float(v).hex() for v in got.counts.values()] == [float(v).hex() for v in want.counts.values()]
+    listed = Aggregate({"traces": 1})  # not an array: the Python fold
+    assert span_sums.resum_floats(listed, list(floats), range_, span).counts.keys() == want.counts.keys() | {"traces"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-2**63, 2**63 - 1), max_size=70), st.lists(st.integers(-2**63, 2**63 - 1), max_size=70))
+def test_changed_positions_natively_as_in_python(new, old):
+    assert span_sums._changed_positions is not None
+    old = old + new[len(old):]  # mostly the same counts, some changed
+    if old:
+        old[len(old) // 2] ^= 1
+    want = span_sums.changed(new, old, native=False)
+    assert span_sums.changed(array("q", new), array("q", old)) == want == span_sums.changed(new, old)
+    assert want == [i for i in range(min(len(new), len(old))) if new[i] != old[i]]
