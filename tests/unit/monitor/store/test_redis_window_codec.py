@@ -199,22 +199,20 @@ def test_a_windows_increment_reads_natively_as_the_difference_of_its_decoded_tex
             raw_a, raw_b = pack(a).encode(), pack(b).encode()
             got = CODEC.delta(raw_a, raw_b)
             assert got is not None  # the stores' texts stay native
-            want_a, want_b = wire.decode_hash_python(raw_a), wire.decode_hash_python(raw_b)
-            assert got[0] == want_a.traces
-            assert array("d", got[1]).tobytes() == array("d", span_sums.window_floats(want_a)).tobytes()
-            want = span_sums.delta(want_a, want_b)
-            assert (got[2] is None) == (want is None)
-            if want is not None:
-                same_aggregate(span_sums._sketched(*got[2]), want)
+            same_increment(got, raw_a, raw_b)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(near_misses(), near_misses())
 def test_near_miss_increments_read_as_in_python_or_go_back_to_python(new, old):
     got = CODEC.delta(new, old)
-    if got is None:
-        return
-    want_a, want_b = wire.decode_hash_python(new), wire.decode_hash_python(old)  # both readable by Python
+    if got is not None:  # both readable by Python then
+        same_increment(got, new, old)
+
+
+def same_increment(got, raw_new: bytes, raw_old: bytes) -> None:
+    """``CODEC.delta``'s answer equals the Python reader's: the new count, its floats, what it gained."""
+    want_a, want_b = wire.decode_hash_python(raw_new), wire.decode_hash_python(raw_old)
     assert got[0] == want_a.traces
     assert array("d", got[1]).tobytes() == array("d", span_sums.window_floats(want_a)).tobytes()
     want = span_sums.delta(want_a, want_b)
