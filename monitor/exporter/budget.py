@@ -110,13 +110,16 @@ def plan_budget(traces: Mapping[str, int], windows: Sequence[Container[str]], ma
     in each window (the active ones); a row costs ``series_per_slice`` plus ``series_per_window``
     per window it is in, an ``__other__`` row is counted as in every window.
     """
-    def cost(sid: str) -> int:
-        return series_per_slice + series_per_window * sum(1 for w in windows if sid in w)
-
-    needed = sum(cost(sid) for sid in traces)
+    costs = dict.fromkeys(traces, series_per_slice)  # what each row costs, counted once
+    for w in windows:
+        for sid in costs:
+            if sid in w:
+                costs[sid] += series_per_window
+    needed = sum(costs.values())
     if needed <= max_series:
         return None
-    busiest = sorted(traces, key=lambda s: (-traces[s], s))
+    # busiest first, ties by id: the same order as sorting by (-traces, id), from one sort by id (stable)
+    busiest = sorted(sorted(traces), key=traces.__getitem__, reverse=True)
     by_grouping: dict[str, list[str]] = {}
     for sid in busiest:
         by_grouping.setdefault(grouping_of(sid), []).append(sid)
@@ -124,23 +127,24 @@ def plan_budget(traces: Mapping[str, int], windows: Sequence[Container[str]], ma
     room = max_series
     target: dict[str, str] = {}   # row -> the row it is served as (itself when kept)
     base = by_grouping.pop("", [])
-    if sum(cost(sid) for sid in base) <= room:
+    whole_base = sum(costs[sid] for sid in base)
+    if whole_base <= room:
         target.update((sid, sid) for sid in base)
-        room -= sum(cost(sid) for sid in base)
+        room -= whole_base
     else:
         room -= full_row
         for sid in base:
-            if sid != FLEET_OTHER and cost(sid) <= room:
+            if sid != FLEET_OTHER and costs[sid] <= room:
                 target[sid] = sid
-                room -= cost(sid)
+                room -= costs[sid]
             else:
                 target[sid] = FLEET_OTHER
         room = 0  # the fleet's rows did not all fit: no other grouping is served
     dropped: list[str] = []
-    competing: list[str] = []
+    competing: set[str] = set()
     for name in sorted(by_grouping, key=lambda n: (n.count(","), n)):
         rows = by_grouping[name]
-        whole = sum(cost(sid) for sid in rows)
+        whole = sum(costs[sid] for sid in rows)
         others = {other_id(sid) for sid in rows}
         if whole <= room:
             target.update((sid, sid) for sid in rows)
@@ -148,13 +152,13 @@ def plan_budget(traces: Mapping[str, int], windows: Sequence[Container[str]], ma
         elif len(others) * full_row <= room:
             room -= len(others) * full_row
             target.update((sid, other_id(sid)) for sid in rows)
-            competing.extend(sid for sid in rows if sid not in others)
+            competing.update(sid for sid in rows if sid not in others)
         else:
             dropped.append(name)
-    for sid in sorted(competing, key=lambda s: (-traces[s], s)):
-        if cost(sid) <= room:
+    for sid in busiest:  # the competing rows, busiest first
+        if sid in competing and costs[sid] <= room:
             target[sid] = sid
-            room -= cost(sid)
+            room -= costs[sid]
     members: dict[str, list[str]] = {}
     for sid in traces:
         if sid in target:

@@ -14,7 +14,8 @@ here; ``# HELP``/``# TYPE`` lines, other families and the trailer come from the 
 encoder. The fast path covers the encoders that write legacy-valid names as is (escaping
 ``underscores``, the default, and ``allow-utf-8``); any other encoder renders the whole
 registry itself. :func:`make_app` serves :func:`render` as WSGI (gzip when accepted) and hands
-everything else (``name[]`` filters, other methods) to prometheus_client's app;
+everything else (``name[]`` filters, other methods) to prometheus_client's app, and after each
+scrape returns the heap it freed to the operating system (:mod:`monitor.exporter.heap`);
 :func:`start_server` runs it like ``prometheus_client.start_http_server``.
 """
 
@@ -38,6 +39,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from monitor.exporter.families import MetricSpec
+from monitor.exporter.heap import release_freed_memory
 
 #: Escapings under which the library writes our (legacy-valid) names unchanged.
 _FAST_ESCAPINGS = (openmetrics.UNDERSCORES, openmetrics.ALLOWUTF8)
@@ -292,6 +294,7 @@ def make_app(registry: Any, gzip_level: int = 6) -> Callable:
         if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
             output = gzip.compress(output, compresslevel=gzip_level)
             headers.append(("Content-Encoding", "gzip"))
+        release_freed_memory()  # what the scrape freed (the windows' text, the plain body) goes back
         start_response("200 OK", headers)
         return [output]
 

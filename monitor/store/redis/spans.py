@@ -17,10 +17,12 @@ window whose old content is not cached, a count that went down (a rebuild), or a
 sum that does not add up turns the slice's update into a fresh sum of its
 windows (:mod:`monitor.store.redis.span_sums`). Integer counts and sketch buckets
 are added and subtracted exactly; the float fields are re-summed over the cached
-floats in window order, so a sum equals a fresh merge field for field. A sum whose
-windows only gained or came in is moved in place under a new object (``span_sums.added``:
-nothing is copied, nothing can fail once it starts); one a window left is moved on a copy,
-and before any sum of the slice is moved in place.
+floats in window order, so a sum equals a fresh merge field for field. Every sum is
+moved in place under a new object (``span_sums.moved_in_place``: nothing is copied, so a
+scrape, the minute's slide included, never holds the old and the new sums at once): first
+those whose windows only gained or came in (``span_sums.added``: nothing can fail once it
+starts), then those a window left; if one of those does not add up, the slice's old sums are
+left stale and it is summed afresh.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from monitor.store.redis.span_sums import (
     changed,
     fresh_sums,
     merge_into,
+    moved_in_place,
     positions,
     resum_floats,
     same_sketch,
@@ -278,13 +281,13 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
     parts = [steps_of(old.sums[k], moves, gained, windows) for k, moves in enumerate(planned)]
     sums: list[Aggregate] = list(old.sums)
     ops: list[Ops | None] = [None] * len(suffixes)
-    # the spans moved on a copy first (one may not add up): none is moved in place before they all did
-    for k in sorted(range(len(suffixes)), key=lambda k: parts[k] is not None):
+    # the spans that only gain first (nothing can fail there), then those a window left (that can)
+    for k in sorted(range(len(suffixes)), key=lambda k: parts[k] is None):
         if planned[k]:
             known = parts[k]
             moved = _moved(sums[k], planned[k], gained, windows) if known is None else added(sums[k], known)
             if moved is None:
-                return None
+                return None  # the slice is summed afresh; its sums moved so far are left stale
             sums[k], ops[k] = resum_floats(moved[0], floats, range_, _span(range_, suffixes[k])), moved[1]
     recent = _recent(range_, counts, windows, old)
     return Update(SliceSpans(version, range_, suffixes, counts, floats, recent, sums), gained, tuple(ops))
@@ -292,9 +295,12 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
 
 def _moved(total: Aggregate, moves: Iterable[tuple[int, int, int]], gained: Mapping[int, Aggregate | None],
            windows: Windows) -> tuple[Aggregate, Ops] | None:
-    """A copy of ``total`` with every window moved from its ``before`` to its ``after`` count's content
-    (0: absent), and the ops."""
-    total = total.copy()
+    """``total`` with every window moved from its ``before`` to its ``after`` count's content (0: absent),
+    in place under a new object (:func:`moved_in_place`: no copy, the slide of every minute holds no
+    second set of sums), and the ops; None when a window does not take out (the cache does not add
+    up): ``total`` is then left stale and the new object half moved, and the caller sums the slice
+    afresh (the exporter's ``__other__`` rows merge a stale member afresh)."""
+    total = moved_in_place(total)
     ops: list[tuple[bool, Aggregate]] = []
     try:
         for start, before, after in moves:

@@ -188,6 +188,28 @@ def test_merging_natively_is_aggregate_merge(a, b, buckets_a, buckets_b):
         span_sums.merge_into(agg(a, buckets_a), other)
 
 
+def test_native_dict_addition_is_the_python_loop_even_at_its_edges():
+    from fleetmon_native import add_into
+
+    def python(dst: dict, src: dict) -> dict:
+        for k, v in list(src.items()):
+            dst[k] = dst.get(k, 0) + v
+        return dst
+
+    for dst, src in [({"a": 1, "b": 2.5}, {"b": 1, "c": 3, "a": 2**70}), ({}, {"x": -1.5, 7: 0}),
+                     ({"t": True}, {"t": 1})]:
+        want = python(dict(dst), src)
+        add_into(dst, src)
+        assert repr(list(dst.items())) == repr(list(want.items()))
+    same = {1: 2, 3: 4.5}
+    add_into(same, same)  # a dict added to itself: each value doubled once
+    assert same == {1: 4, 3: 9.0}
+    with pytest.raises(TypeError, match="unsupported operand"):
+        add_into({"a": 1}, {"a": "x"})  # Python's error, as the Python loop raises it
+    with pytest.raises(TypeError):
+        add_into({}, {"a": "x"})  # 0 + "x"
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_windows_increment_reads_natively_as_the_difference_of_its_decoded_texts(seed):
     rng = random.Random(seed)
