@@ -42,7 +42,7 @@ test-unit: install
 	$(BIN)/python -m pytest tests/unit tests/property -q -n 2
 
 test-integration: install services
-	$(BIN)/python -m pytest tests/integration -q
+	$(BIN)/python -m pytest tests/integration -q -n 2 --dist loadgroup
 
 # ruff (rules in pyproject.toml) and mypy (files and the strict core listed in pyproject.toml)
 lint: install
@@ -50,11 +50,12 @@ lint: install
 	$(BIN)/mypy
 
 # unit and property tests are CPU-bound: two processes (pytest-xdist) on the machine's 2 cores;
-# the integration tests wait on real services and time-sensitive workers: one at a time
-# (both always run, so one failing does not hide the other's results)
+# the integration tests mostly wait on real services and rate-limited feeders: two processes too,
+# the files that share a port or the Redis Cluster kept in one (tests/integration/conftest.py XDIST_GROUPS)
+# (both runs always run, so one failing does not hide the other's results)
 test: install lint services
 	$(BIN)/python -m pytest -q -n 2 --durations=15 tests/unit tests/property; unit=$$?; \
-	$(BIN)/python -m pytest -q --durations=25 tests/integration; integration=$$?; \
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25 tests/integration; integration=$$?; \
 	test $$unit -eq 0 -a $$integration -eq 0
 
 bench: install services

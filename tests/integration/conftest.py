@@ -61,11 +61,33 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", f"ignore:{_KAFKA_IMPORT_WARNING}:DeprecationWarning")
 
 
+# `make test` runs these tests on two processes (pytest-xdist, ``--dist loadgroup``). The files of a
+# group share something one process at a time may hold, so they run in the same process:
+XDIST_GROUPS = {
+    # the webhook port Alertmanager's receivers post to (scripts/services.sh WEBHOOK_PORT)
+    "test_alertmanager.py": "alertmanager-webhook",
+    "test_end_to_end.py": "alertmanager-webhook",
+    # the exporter port the services' Prometheus scrapes (FLEETMON_EXPORTER_PORT)
+    "test_prometheus.py": "prometheus-exporter-port",
+    "test_rollouts.py": "prometheus-exporter-port",
+    # the shared Redis Cluster on 7000-7005: rebuilds swap views on it, workers are killed on it
+    "test_cluster.py": "redis-cluster",
+    "test_cluster_rebuild.py": "redis-cluster",
+    "test_exporter_cluster_folds.py": "redis-cluster",
+    "test_exporter_rebuild_cache.py": "redis-cluster",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test collected from this directory as ``integration``."""
+    """Mark every test collected from this directory as ``integration``, and put it in its
+    :data:`XDIST_GROUPS` group (a no-op without ``--dist loadgroup``)."""
     for item in items:
-        if INTEGRATION_DIR in Path(item.path).resolve().parents:
+        path = Path(item.path).resolve()
+        if INTEGRATION_DIR in path.parents:
             item.add_marker(pytest.mark.integration)
+            group = XDIST_GROUPS.get(path.name)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _env_port(name: str, default: int) -> int:
