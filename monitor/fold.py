@@ -12,15 +12,16 @@ those to the same delta. Time is passed in (``now``, epoch seconds).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TypeVar
 
 from monitor import groupings, identity
 from monitor.aggregate import Aggregate
 from monitor.delta import BatchDelta
 from monitor.schema import Trace
-from monitor.slices import OTHER, UNKNOWN, Slicer, slice_id
+from monitor.slices import OTHER, UNKNOWN, SliceKey, Slicer, slice_id
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
 
 #: A group's key: the slice dimensions' raw values (``unknown`` when missing)
@@ -66,57 +67,40 @@ def group_traces(traces: Iterable[Trace], dimensions: Sequence[str], resolutions
     return groups
 
 
-@dataclass(slots=True, eq=False)
-class _Node:
-    """A sum of groups (see :func:`place_groups`): a group itself, or one projection's at one level."""
-
-    agg: Aggregate
-    start: int                 # its window's start (0 at the top level: the totals)
-    sid: str                   # the row it is placed in ("" for a group: never placed itself)
-    children: list[_Node]      # the nodes it sums (none for a group)
-    share: list[int]           # how many placed nodes hold ``agg`` and have yet to place it
-
-
 def _lattice(grouping_set: groupings.GroupingSet, dimensions: Sequence[str],
-             ) -> tuple[list[tuple[int, ...]], list[int], list[list[int]], list[int]]:
-    """Per grouping, the positions of its dimensions among ``dimensions``; the groupings summed from the
-    groups (the widest); per grouping, those summed from it (each from the narrowest grouping with all its
-    dimensions and more); and an order that sums a grouping after its source."""
+             ) -> tuple[list[Callable[[tuple[str, ...]], Hashable]], list[int], list[int]]:
+    """Per grouping, a function of the raw values giving its projection (a key: equal for equal
+    projections); the grouping it is summed from (its narrowest wider grouping; -1 for the widest, summed
+    from the groups and from their own sums a level below); and an order that visits a grouping after
+    its source."""
     dims = [frozenset(g.dimensions) for g in grouping_set.groupings]
-    positions = [tuple(dimensions.index(d) for d in g.dimensions) for g in grouping_set.groupings]
-    from_raw: list[int] = []
-    from_grouping: list[list[int]] = [[] for _ in dims]
-    for j, mine in enumerate(dims):
+    projections: list[Callable[[tuple[str, ...]], Hashable]] = []
+    for g in grouping_set.groupings:
+        where = [dimensions.index(d) for d in g.dimensions]
+        projections.append(itemgetter(*where) if where else _nothing)   # (one position: the value itself)
+    sources = []
+    for mine in dims:
         wider = [k for k, theirs in enumerate(dims) if theirs > mine]
-        if wider:
-            from_grouping[min(wider, key=lambda k: len(dims[k]))].append(j)
-        else:
-            from_raw.append(j)
-    return positions, from_raw, from_grouping, sorted(range(len(dims)), key=lambda j: -len(dims[j]))
+        sources.append(min(wider, key=lambda k: len(dims[k])) if wider else -1)
+    return projections, sources, sorted(range(len(dims)), key=lambda j: -len(dims[j]))
 
 
-def _sum(node: _Node) -> None:
-    """Build ``node.agg`` from its children's, in order (one child: its aggregate itself, shared)."""
-    first, *rest = node.children
-    if rest:
-        agg = node.agg = first.agg.copy()
-        for other in rest:
-            agg.merge(other.agg)
-        node.share = [0]
-    else:
-        node.agg, node.share = first.agg, first.share
+def _nothing(values: tuple[str, ...]) -> Hashable:
+    return ()
 
 
-def _place(store: dict[_K, Aggregate], slot: _K, node: _Node) -> None:
-    """Merge ``node``'s sum into ``store[slot]``: stored without a copy by the last placed sum holding it."""
+def _place(store: dict[_K, Aggregate], slot: _K, held: int, aggs: list[Aggregate | None], readers: list[int]) -> None:
+    """Merge aggregate ``aggs[held]`` into ``store[slot]``: stored without a copy by its last reader."""
+    agg = aggs[held]
+    assert agg is not None   # every sum is built before any is placed
     existing = store.get(slot)
     if existing is not None:
-        existing.merge(node.agg)
-    elif node.share[0] == 1:    # nothing reads it after this
-        store[slot] = node.agg
+        existing.merge(agg)
+    elif readers[held] == 1:    # nothing reads it after this
+        store[slot] = agg
     else:
-        store[slot] = node.agg.copy()
-    node.share[0] -= 1
+        store[slot] = agg.copy()
+    readers[held] -= 1
 
 
 def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: float,
@@ -157,57 +141,46 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
     fields and sketch buckets are exact in any order; the two float fields
     (:data:`monitor.aggregate.FLOAT_FIELDS`) are the same terms added in
     another association than trace by trace (``tests/unit/monitor/
-    test_fold.py`` checks them against the error bound of any order).
+    test_fold.py`` checks them against the error bound of any order, and
+    the whole delta to the bit against these sums spelt out).
 
-    Aliasing: a sum with one child is that child's aggregate (no copy);
-    every sum is built before anything is placed, and an aggregate is
-    stored in the delta without a copy only by the last of the placed sums
-    that hold it, so no aggregate that a sum still reads is merged into.
+    Cost: a sum is an id into flat lists (its first part, its row, its
+    window start; the parts after the first, when there are any) until
+    it is built, not an object: in a burst of new raw slices every group
+    is its own sum at every level of the groupings that hold the new
+    value, and objects per sum (about six per group) kept the garbage
+    collector walking the batch over and over — 100,000 new tenants cost
+    more than the group-by-group placement did (``bench/fold_placement.py``).
+    A sum of one part is that part's aggregate (no copy, no merge); every
+    sum is built before anything is placed, and an aggregate is stored in
+    the delta without a copy only by the last of the placed sums that hold
+    it, so no aggregate that a sum still reads is merged into.
     """
     grouping_set = groupings.of_slicer(slicer)
     admit = groupings.guard_admit(slicer.guard)
-    positions, from_raw, from_grouping, order = _lattice(grouping_set, slicer.dimensions)
-    # raw values -> (row ids, folded dims, folded groupings, each grouping's projection of the values)
-    keys: dict[tuple[str, ...], tuple[list[str], tuple[str, ...], tuple[str, ...], list[tuple[str, ...]]]] = {}
-    depth = len(resolutions)
-    row_index: list[list[dict[GroupKey, _Node]]] = [[{} for _ in positions] for _ in range(depth + 1)]
-    row_nodes: list[list[list[_Node]]] = [[[] for _ in positions] for _ in range(depth + 1)]  # first position order
+    project, sources, order = _lattice(grouping_set, slicer.dimensions)
+    width, depth = len(sources), len(resolutions)
+    widest = [j for j in order if sources[j] < 0]
+    # raw values -> (row ids, folded dims, folded groupings, each grouping's projection id)
+    keys: dict[tuple[str, ...], tuple[list[str], tuple[str, ...], tuple[str, ...], list[int]]] = {}
+    row_ids: dict[SliceKey, str] = {}
+    projection_ids: list[dict[Hashable, int]] = [{} for _ in sources]
+    # window starts -> per level, the id of its starts from that level on (shifted past any projection id),
+    # and whether a window of the group is late
+    starts_ids: dict[tuple[int, ...], tuple[list[int], bool]] = {}
+    level_ids: list[dict[tuple[int, ...], int]] = [{} for _ in range(depth + 1)]
+    # The sums and the groups, by id (a group first, then the sums it starts): each one's first part
+    # (-1 for a group), aggregate (a sum's once built), row and window start; the parts after the first.
+    first: list[int] = []
+    aggs: list[Aggregate | None] = []
+    row_of: list[str] = []
+    start_of: list[int] = []
+    more: dict[int, list[int]] = {}
+    index: list[list[dict[int, int]]] = [[{} for _ in sources] for _ in range(depth + 1)]   # key -> sum id
+    sums_at: list[list[list[int]]] = [[[] for _ in sources] for _ in range(depth + 1)]   # first position order
     latest_of: dict[tuple[str, ...], float] = {}
     count = late = 0
-
-    def attach(level: int, node: _Node, projections: list[tuple[str, ...]], sids: list[str],
-               starts: tuple[int, ...], into: list[int]) -> None:
-        """Add ``node`` to the level's sums of groupings ``into``, and each new sum to those summed from it."""
-        for j in into:
-            key = (projections[j], starts)
-            parent = row_index[level][j].get(key)
-            if parent is None:
-                parent = row_index[level][j][key] = _Node(node.agg, node.start, sids[j], [node], [0])
-                row_nodes[level][j].append(parent)
-                if from_grouping[j]:
-                    attach(level, parent, projections, sids, starts, from_grouping[j])
-            else:
-                parent.children.append(node)
-
-    def chain(level: int, node: _Node, projections: list[tuple[str, ...]], sids: list[str],
-              starts: tuple[int, ...], j: int) -> None:
-        """Add ``node`` (a group, or a level-below sum of grouping ``j``) to grouping ``j``'s sums at ``level``
-        and on up as far as it makes a new sum, each new sum also to those summed from ``j`` at its level."""
-        while True:
-            key = (projections[j], starts[level:])
-            parent = row_index[level][j].get(key)
-            if parent is not None:
-                parent.children.append(node)
-                return
-            parent = row_index[level][j][key] = _Node(node.agg, starts[level] if level < depth else 0, sids[j],
-                                                      [node], [0])
-            row_nodes[level][j].append(parent)
-            if from_grouping[j]:
-                attach(level, parent, projections, sids, starts[level:], from_grouping[j])
-            if level == depth:
-                return
-            level, node = level + 1, parent
-
+    new, below = [-1] * width, [-1] * width   # per grouping, the sum this group started (-1: none)
     for (values, starts), group in groups:
         agg = group.aggregate
         cached = keys.get(values)
@@ -215,10 +188,15 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
             key = slicer.key_for(values)
             folded_dims = tuple(dim for (dim, value), raw in zip(key, values) if value == OTHER and raw != OTHER)
             rows = grouping_set.rows(key, admit)
-            cached = keys[values] = ([slice_id(row) for _, row, _ in rows], folded_dims,
-                                     tuple(g.name for g, _, folded in rows if folded),
-                                     [tuple([values[p] for p in where]) for where in positions])
-        sids, folded_dims, folded_groupings, projections = cached
+            sids = []
+            for _, row, _ in rows:   # (many raw slices share a row: a burst of new values folds into one)
+                sid = row_ids.get(row)
+                if sid is None:
+                    sid = row_ids[row] = slice_id(row)
+                sids.append(sid)
+            cached = keys[values] = (sids, folded_dims, tuple(g.name for g, _, folded in rows if folded),
+                                     [ids.setdefault(of(values), len(ids)) for ids, of in zip(projection_ids, project)])
+        sids, folded_dims, folded_groupings, pids = cached
         n = agg.traces
         count += n
         for dim in folded_dims:
@@ -227,29 +205,85 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
             delta.count(groupings.FOLDED_COUNTER_PREFIX + name, n)
         if not sids:
             continue
-        if any(res.expired(start, now) for res, start in zip(resolutions, starts)):
+        found = starts_ids.get(starts)
+        if found is None:
+            found = starts_ids[starts] = (
+                [ids.setdefault(starts[level:], len(ids)) << 40 for level, ids in enumerate(level_ids)],
+                any(res.expired(start, now) for res, start in zip(resolutions, starts)))
+        shifted, is_late = found
+        if is_late:
             late += n
         if group.latest > latest_of.get(values, 0.0):
             latest_of[values] = group.latest
-        node = _Node(agg, starts[0] if depth else 0, "", [], [0])
-        for j in from_raw:
-            chain(0, node, projections, sids, starts, j)
-    for level in range(depth + 1):   # the sums, finest first; a grouping after its source
-        res = resolutions[level] if level < depth else None
+        part = len(first)
+        first.append(-1)
+        aggs.append(agg)
+        row_of.append("")
+        start_of.append(0)
+        for level in range(depth + 1):
+            # the sums this group adds a part to: a new sum of a widest grouping reaches on up a level,
+            # a new sum of any grouping reaches those summed from it
+            where, index_at, start = shifted[level], index[level], starts[level] if level < depth else 0
+            for j in order:
+                source = sources[j]
+                child = (part if level == 0 else below[j]) if source < 0 else new[source]
+                if child < 0:
+                    new[j] = -1
+                    continue
+                key_at = where + pids[j]
+                sum_id = index_at[j].get(key_at)
+                if sum_id is None:
+                    sum_id = index_at[j][key_at] = len(first)
+                    first.append(child)
+                    aggs.append(None)
+                    row_of.append(sids[j])
+                    start_of.append(start)
+                    sums_at[level][j].append(sum_id)
+                    new[j] = sum_id
+                else:
+                    others = more.get(sum_id)
+                    if others is None:
+                        more[sum_id] = [child]
+                    else:
+                        others.append(child)
+                    new[j] = -1
+            if all(new[j] < 0 for j in widest):
+                break
+            new, below = below, new
+    # the sums, finest first, a grouping after its source; a sum of one part holds that part's aggregate
+    holder = list(range(len(first)))   # the id whose aggregate each one is
+    for level in range(depth + 1):
         for j in order:
-            for node in row_nodes[level][j]:
-                _sum(node)
-                if res is None or not res.expired(node.start, now):
-                    node.share[0] += 1   # it will be placed
+            for sum_id in sums_at[level][j]:
+                child = first[sum_id]
+                others = more.get(sum_id)
+                if others is None:
+                    holder[sum_id] = holder[child]
+                    continue
+                total = aggs[holder[child]].copy()   # type: ignore[union-attr]  # its parts are built
+                for child in others:
+                    total.merge(aggs[holder[child]])   # type: ignore[arg-type]
+                aggs[sum_id] = total
+    # the sums merged in (a late window's only feed the coarser levels), and how many read each aggregate
     for level, res in enumerate(resolutions):
-        for nodes in row_nodes[level]:
-            for node in nodes:
-                if not res.expired(node.start, now):   # (a late window's sums only feed the coarser levels)
-                    delta.expire_at[(res.name, node.start)] = res.expire_at(node.start)
-                    _place(delta.windows, (res.name, node.start, node.sid), node)
-    for nodes in row_nodes[depth]:
-        for node in nodes:
-            _place(delta.totals, node.sid, node)
+        sums_at[level] = [[s for s in sums if not res.expired(start_of[s], now)] for sums in sums_at[level]]
+    readers = [0] * len(first)
+    for by_grouping in sums_at:
+        for sums in by_grouping:
+            for sum_id in sums:
+                readers[holder[sum_id]] += 1
+    for level, res in enumerate(resolutions):
+        expiring: set[int] = set()
+        for sums in sums_at[level]:
+            for sum_id in sums:
+                start = start_of[sum_id]
+                if start not in expiring:
+                    delta.expire_at[(res.name, start)] = res.expire_at(start)
+                    expiring.add(start)
+                _place(delta.windows, (res.name, start, row_of[sum_id]), holder[sum_id], aggs, readers)
+    for sums in sums_at[depth]:
+        for sum_id in sums:
+            _place(delta.totals, row_of[sum_id], holder[sum_id], aggs, readers)
     last_seen = delta.last_seen
     for values, latest in latest_of.items():
         for sid in keys[values][0]:

@@ -10,6 +10,13 @@ summation of the same n terms keeps to the exact sum (``math.fsum``):
 ``gamma(n - 1) * sum(|x|)``, with ``gamma(k) = k u / (1 - k u)`` and
 ``u = 2**-53`` (Higham, *Accuracy and Stability of Numerical Algorithms*,
 2nd ed., eq. 4.4, which holds for any summation tree).
+
+Which tree is part of the contract too (the native and Python paths are
+compared to the bit), so a second reference spells the placement's sums out
+with nothing shared or skipped — every sum a dict of its parts, each a left
+fold, the first part copied — and the delta must equal it to the bit, in
+insertion order, on batches where most raw slices are new (every group its
+own sum at every level) as well as on ones where slices repeat.
 """
 
 from __future__ import annotations
@@ -17,13 +24,14 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.aggregate import FLOAT_FIELDS, Aggregate
 from monitor.delta import BatchDelta
-from monitor.fold import fold, group_traces, place_groups
+from monitor.fold import Group, GroupKey, fold, group_traces, place_groups
 from monitor.groupings import grouping_set, guard_admit, of_slicer
 from monitor.schema import Trace
 from monitor.slices import UNKNOWN, CardinalityGuard, Slicer, slice_id
@@ -47,15 +55,17 @@ class RecordingGuard(CardinalityGuard):
         return super().admit_capped(dim, value, cap)
 
 
-def random_traces(seed: int, n: int, span: float) -> list[Trace]:
+def random_traces(seed: int, n: int, span: float, tenants: int = 5) -> list[Trace]:
+    """``tenants`` > 5: tenant ``t<k>``, k drawn from that many (most traces a new raw slice when large)."""
     rng = random.Random(seed)
+    names = ("a", "b", "c", "d", "e") if tenants <= 5 else [f"t{k}" for k in range(tenants)]
     out = []
     for i in range(n):
         latency = rng.choice([None, 0.0, rng.lognormvariate(0.0, 1.5)])
         out.append(Trace(
             trace_id=f"t{i}", ts=NOW - rng.uniform(0, span), model_id=rng.choice(("m1", "m2")),
             release=rng.choice(("r1", "r2", "r3")), arm=rng.choice(("baseline", "canary")),
-            task_type=rng.choice(("code", "chat", None)), tenant=rng.choice(("a", "b", "c", "d", "e")),
+            task_type=rng.choice(("code", "chat", None)), tenant=rng.choice(names),
             success=rng.random() < 0.6, outcome=rng.choice(("success", "failure", None)),
             tokens_in=rng.randint(0, 5000), tokens_out=rng.randint(0, 900), steps=rng.randint(0, 9),
             fees_usd=rng.choice([0.0, rng.uniform(0, 1), 0.1, 1e-9 * rng.random()]), latency_seconds=latency))
@@ -177,3 +187,100 @@ def test_a_group_is_never_merged_into_after_being_stored():
         assert all(delta.windows[(res.name, res.start(NOW - 5), sid)].get("steps") == steps for res in RESOLUTIONS)
     base = slice_id(slicer.key_for(("r1", "baseline", "a"))[:2])
     assert delta.totals[base].get("steps") == 3
+
+
+def spelt_out(items: list[tuple[GroupKey, Group]], slicer: Slicer, now: float, resolutions: tuple[Resolution, ...],
+              ) -> tuple[dict, dict, list]:
+    """The placement's sums with nothing shared: a sum per (level, grouping, projection of the raw values,
+    window starts from the level on), its parts in order of first position — at level 0 of a widest
+    grouping the groups, above that its own sums a level below; for any other grouping the same level's
+    sums of its narrowest wider grouping (the first of equals) — each a left fold of its parts' sums (the
+    first copied); each window (a late one skipped) or total a left fold of its sums, level by level,
+    grouping by grouping, in order of first position. Returns the windows, the totals and the expiry
+    entries in the order they are set. Reads the groups' aggregates, never changes them."""
+    rows, admit = of_slicer(slicer), guard_admit(slicer.guard)
+    dims = [frozenset(g.dimensions) for g in rows.groupings]
+    where = [[slicer.dimensions.index(d) for d in g.dimensions] for g in rows.groupings]
+    source = [min((k for k, theirs in enumerate(dims) if theirs > mine), key=lambda k: len(dims[k]), default=None)
+              for mine in dims]
+    depth = len(resolutions)
+    parts: dict[tuple, list] = {}
+    sid_of: dict[tuple, str] = {}
+    row_ids: dict[tuple[str, ...], list[str]] = {}
+    for i, ((values, starts), _) in enumerate(items):
+        if values not in row_ids:
+            row_ids[values] = [slice_id(row) for _, row, _ in rows.rows(slicer.key_for(values), admit)]
+        at = [[(level, j, tuple(values[p] for p in where[j]), starts[level:]) for j in range(len(dims))]
+              for level in range(depth + 1)]
+        for level in range(depth + 1):
+            for j in range(len(dims)):
+                k = source[j]
+                part = at[level][k] if k is not None else at[level - 1][j] if level else i
+                mine = parts.setdefault(at[level][j], [])
+                if part not in mine:
+                    mine.append(part)
+                sid_of[at[level][j]] = row_ids[values][j]
+    sums: dict[Any, Aggregate] = {}
+
+    def value(part: Any) -> Aggregate:
+        if isinstance(part, int):
+            return items[part][1].aggregate
+        if part not in sums:
+            first, *rest = [value(p) for p in parts[part]]
+            total = sums[part] = first.copy()
+            for other in rest:
+                total.merge(other)
+        return sums[part]
+
+    for part in parts:
+        value(part)
+    windows: dict = {}
+    totals: dict = {}
+    expiring: list = []
+    for level in range(depth + 1):
+        for j in range(len(dims)):
+            for part in [p for p in parts if p[:2] == (level, j)]:
+                slot: Any
+                if level == depth:
+                    store, slot = totals, sid_of[part]
+                else:
+                    res, start = resolutions[level], part[3][0]
+                    if res.expired(start, now):
+                        continue
+                    expiring.append(((res.name, start), res.expire_at(start)))
+                    store, slot = windows, (res.name, start, sid_of[part])
+                if slot in store:
+                    store[slot].merge(sums[part])
+                else:
+                    store[slot] = sums[part].copy()
+    return windows, totals, expiring
+
+
+def exactly(aggs: dict) -> list:
+    """Keys in insertion order and their aggregates, float fields as their exact value."""
+    return [(key, sorted((k, v.hex() if isinstance(v, float) else v) for k, v in agg.counts.items()),
+             sorted(agg.latency.buckets.items()), agg.latency.zero_count, agg.latency.count)
+            for key, agg in aggs.items()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), span=st.sampled_from([50.0, 900.0, 4 * 3600.0]),
+       tenants=st.sampled_from([5, 40, 100_000]), cap=st.sampled_from([2, 30, 100]),
+       budget=st.sampled_from([1, 20, 1000]), shuffled=st.booleans(),
+       extra=st.sampled_from([(), (("tenant", "model_id"),), (("task_type", "tenant", "model_id"),)]),
+       resolutions=st.sampled_from([RESOLUTIONS, RESOLUTIONS[:1], (), (Resolution("90s", 90, 1800), RESOLUTIONS[1])]))
+def test_placement_equals_its_sums_spelt_out_to_the_bit(seed, n, span, tenants, cap, budget, shuffled, extra,
+                                                        resolutions):
+    traces = random_traces(seed, n, span, tenants)
+    sums = grouping_set(DIMENSIONS, extra, budget)
+    items = list(group_traces(traces, DIMENSIONS, resolutions).items())
+    if shuffled:   # any order of groups (a batch's comes from two paths): the sums follow it
+        random.Random(seed).shuffle(items)
+    guard, ref_guard = RecordingGuard(cap), RecordingGuard(cap)
+    windows, totals, expiring = spelt_out(items, Slicer(DIMENSIONS, ref_guard, sums), NOW, resolutions)
+    delta = BatchDelta()
+    place_groups(items, Slicer(DIMENSIONS, guard, sums), NOW, resolutions, delta)
+    assert guard.asked == ref_guard.asked
+    assert exactly(delta.windows) == exactly(windows)
+    assert exactly(delta.totals) == exactly(totals)
+    assert list(delta.expire_at.items()) == list(dict(expiring).items())
