@@ -72,6 +72,38 @@ def difference(new: Mapping[Any, Any], old: Mapping[Any, Any], native: bool = Tr
     return {k: v for k, v in out.items() if v}
 
 
+def shift_of(old_starts: tuple[int, ...], starts: tuple[int, ...]) -> int | None:
+    """How many windows a range of the same length moved on by (its first ``d`` starts left, ``d`` new ones
+    came at its end; 0: it did not move), or None when it changed otherwise."""
+    n = len(starts)
+    if not n or len(old_starts) != n:
+        return None
+    if old_starts[0] == starts[0]:
+        return 0 if old_starts == starts else None
+    d = positions(old_starts).get(starts[0])  # the minute's slide: once a minute
+    return d if d is not None and old_starts[d:] == starts[:n - d] else None
+
+
+def shifted(counts: array, floats: array, d: int) -> tuple[array, array]:
+    """A cache's counts and floats moved on by ``d`` windows, the ``d`` new windows absent (0, nan)."""
+    return counts[d:] + array("q", bytes(8 * d)), floats[d * N_FLOATS:] + array("d", [NAN]) * (d * N_FLOATS)
+
+
+def shifted_moves(length: int, d: int, old_starts: tuple[int, ...], old_counts: Sequence[int],
+                  starts: tuple[int, ...], before: Sequence[int], counts: Sequence[int], differ: Iterable[int]
+                  ) -> list[tuple[int, int, int]]:
+    """A span's moves ``(start, count before, count after)`` (0: absent), oldest first, when its range moved
+    on by ``d`` windows and the span kept its ``length``: the windows that left it, those of both
+    spans whose count changed (``differ``: the positions where ``counts`` differ from ``before``, the
+    old counts moved on), those that came in; the moves a set difference of the two spans finds."""
+    n = len(starts)
+    first, came = n - length, max(n - length, n - d)
+    moves = [(old_starts[j], old_counts[j], 0) for j in range(first, min(n, first + d)) if old_counts[j]]
+    moves.extend((starts[i], before[i], counts[i]) for i in differ if first <= i < came)
+    moves.extend((starts[i], 0, counts[i]) for i in range(came, n) if counts[i])
+    return moves
+
+
 #: How an aggregate became its successor: each part merged in (True) or taken out (False), in order
 #: (the float fields excepted: the successor's are summed afresh).
 Ops = tuple[tuple[bool, Aggregate], ...]

@@ -46,6 +46,9 @@ from monitor.store.redis.span_sums import (
     positions,
     resum_floats,
     same_sketch,
+    shift_of,
+    shifted,
+    shifted_moves,
     steps_of,
 )
 from monitor.store.redis.wire import FLOATS, text
@@ -53,6 +56,7 @@ from monitor.store.redis.wire import FLOATS, text
 #: The newest window starts of the range (the next minute, the current one and two late ones) whose
 #: content is kept; any other window's is kept only while it changed in the last update.
 RECENT_WINDOWS = 4
+_ABSENT = array("d", [NAN]) * N_FLOATS
 
 
 #: A cached window: its count and its text as the fetch sent it.
@@ -134,19 +138,32 @@ def plan(sid: str, version: str, counts: Sequence[int], range_: tuple[int, ...],
     change = Change(sid, version, counts)
     if state is None or len(state.suffixes) != len(suffixes):
         return _fresh(change, range_)
-    if state.starts == range_ and state.suffixes == suffixes:  # nothing slid: only changed windows move
-        recent = state.recent
-        grown = 0
-        for i in changed(counts, state.counts):
-            start, count, before = range_[i], counts[i], state.counts[i]
-            if count < before:
-                return _fresh(change, range_)  # a rebuild
-            if before:
-                entry = recent.get(start)
-                if entry is None or entry[0] != before:
-                    return _fresh(change, range_)  # the old content to take out is not cached
-            change.wanted.append(start)
-            grown += count - before
+    d = shift_of(state.starts, range_) if state.suffixes == suffixes else None
+    if d is not None:  # nothing slid (0), or the range moved on by d windows (the minute's slide)
+        n, grown = len(range_), 0
+        fetch: list[int] = []
+        before = shifted(state.counts, state.floats, d)[0] if d else state.counts  # the cached counts
+        for i in changed(counts, before):
+            start, count, was = range_[i], counts[i], before[i]
+            if count < was or (was and not state.cached(start)):
+                return _fresh(change, range_)  # a rebuild, or the old content to take out is not cached
+            fetch.append(start)
+            if i < n - d:  # a window the cache knew
+                grown += count - was
+        if d:
+            moved: set[int] = set()
+            for length in suffixes:
+                first = n - length
+                for j in range(first, min(n, first + d)):  # leaving the span: the content added is taken out
+                    count, start = state.counts[j], state.starts[j]
+                    if count and (j < d or counts[j - d] == count) and not state.cached(start):
+                        moved.add(start)
+                        if j < d:
+                            change.leaving[start] = count
+                moved.update(range_[i] for i in range(max(first, n - d), n)  # coming in: its content is added
+                             if counts[i] and not state.cached(range_[i]))
+            fetch = sorted(moved.union(fetch))
+        change.wanted = fetch
         return _shortcut(change, state, totals_version, grown)
     new = dict(zip(range_, counts))
     old = dict(zip(state.starts, state.counts))
@@ -217,13 +234,19 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
     for start, count in change.leaving.items():
         if heads[start][0] != count:
             return None
-    new_pos, old_pos = positions(range_), positions(old.starts)
+    new_pos = positions(range_)
     old_counts = old.counts
     counts = array("q", change.counts)
-    steady = old.starts == range_
-    if steady:
-        floats = array("d", old.floats)
-    else:  # the spans slid: realign the cached floats on the new range
+    d = shift_of(old.starts, range_) if old.suffixes == suffixes else None
+    if d == 0:  # nothing slid
+        before, floats = old_counts, array("d", old.floats)
+    elif d is not None:  # the range moved on by d minutes: the cache moves along
+        before, floats = shifted(old_counts, old.floats, d)
+        for i in changed(counts, before):
+            floats[i * N_FLOATS:(i + 1) * N_FLOATS] = _ABSENT  # not the content the cache knew
+    else:  # the spans changed otherwise: realign the cached floats on the new range
+        old_pos = positions(old.starts)
+        before = array("q", [old_counts[j] if (j := old_pos.get(start)) is not None else 0 for start in range_])
         floats = array("d", [NAN]) * (len(range_) * N_FLOATS)
         for i, start in enumerate(range_):
             j = old_pos.get(start)
@@ -234,49 +257,36 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
         if at is not None:
             counts[at] = traces  # the content's own count (a write may have raced the counts)
             floats[at * N_FLOATS:(at + 1) * N_FLOATS] = array("d", window)
-
-    def old_count(start: int) -> int:
-        j = old_pos.get(start)
-        return 0 if j is None else old_counts[j]
-
-    if steady:
-        differ = changed(counts, old_counts)
-    else:
-        differ = [i for i, start in enumerate(range_) if counts[i] != old_count(start)]
+    differ = changed(counts, before)  # before: the cached count of each start of the range (0: none)
     has = windows.has
     gained: dict[int, Aggregate | None] = {}  # what the changed windows of the known range gained
     first_known, last_known = old.starts[0], old.starts[-1]
     for i in differ:
         start = range_[i]
         if first_known <= start <= last_known:
-            before = old_count(start)
-            if not has(start, counts[i]) or (before and not has(start, before)):
+            was = before[i]
+            if not has(start, counts[i]) or (was and not has(start, was)):
                 return None
-            gained[start] = windows.gained(start, counts[i], before) if before else windows.content(start, counts[i])
+            gained[start] = windows.gained(start, counts[i], was) if was else windows.content(start, counts[i])
     planned: list[list[tuple[int, int, int]]] = []  # per span, its windows' moves (all checked first)
     for k, length in enumerate(suffixes):
-        span = _span(range_, length)
-        moves = []
-        if steady and old.suffixes[k] == length:  # only the changed windows moved
+        if d == 0:  # only the windows that changed moved
             first = len(range_) - length
-            for i in differ:
-                if i >= first:
-                    before = old_counts[i]
-                    if (before and not has(range_[i], before)) or (counts[i] and not has(range_[i], counts[i])):
-                        return None
-                    moves.append((range_[i], before, counts[i]))
+            moves = [(range_[i], before[i], counts[i]) for i in differ if i >= first]
+        elif d is not None:  # and those that left or came in
+            moves = shifted_moves(length, d, old.starts, old_counts, range_, before, counts, differ)
         else:
-            old_span = _span(old.starts, old.suffixes[k])
-            in_span, in_old = set(span), set(old_span)
+            moves = []
+            in_span, in_old = set(_span(range_, length)), set(_span(old.starts, old.suffixes[k]))
+            old_at = positions(old.starts)
             for start in sorted(in_span | in_old):
-                c_old = old_count(start) if start in in_old else 0
-                at = new_pos.get(start)
-                c_new = counts[at] if start in in_span and at is not None else 0
-                if c_old == c_new:
-                    continue  # the same content (a count identifies it), or absent on both sides
-                if (c_old and not has(start, c_old)) or (c_new and not has(start, c_new)):
-                    return None
-                moves.append((start, c_old, c_new))
+                c_old = old_counts[old_at[start]] if start in in_old else 0
+                c_new = counts[new_pos[start]] if start in in_span else 0
+                if c_old != c_new:  # else the same content (a count identifies it), or absent on both sides
+                    moves.append((start, c_old, c_new))
+        for start, c_old, c_new in moves:
+            if (c_old and not has(start, c_old)) or (c_new and not has(start, c_new)):
+                return None
         planned.append(moves)
     parts = [steps_of(old.sums[k], moves, gained, windows) for k, moves in enumerate(planned)]
     sums: list[Aggregate] = list(old.sums)

@@ -92,3 +92,35 @@ def test_buckets_that_do_not_come_in_pairs_are_refused():
     with pytest.raises(ValueError, match="counts >= 0 in pairs"):
         fresh_spans("1", {0: b'["traces","1"]\n7 -2'}, (0,), (1,))
 
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sums_follow_the_range_as_it_moves_on(seed):
+    """The minute's slide (the range moved on by one or more windows, some cached, some not) and a
+    change of the spans' lengths: the sums, counts and floats equal those of a fresh sum."""
+    rng = random.Random(seed)
+    starts = list(range(0, 160 * STEP, STEP))
+    content = windows(seed, starts)
+    first, suffixes = 0, (6, 61)
+    range_ = tuple(starts[:61])
+    state = fresh_spans("1", {s: encoded(content[s], rng) for s in range_ if s in content}, range_, suffixes)
+    version = 1
+    for step in range(10):
+        first = min(first + (rng.choice((0, 1, 1, 2, 5, 7, 61)) if step != 6 else 1), len(starts) - 61)
+        if step == 6:
+            suffixes = (5, 61)  # another length: the general path
+        range_ = tuple(starts[first:first + 61])
+        for start in [*rng.sample(range_[-8:], 2), rng.choice(range_)]:  # writes, mostly into the newest minutes
+            extra = Aggregate.of(make_traces(rng.randint(1, 9), seed=1000 * seed + step))
+            content[start] = content[start].copy().merge(extra) if start in content else extra
+            version += extra.traces
+        counts = array("q", [content[s].traces if s in content else 0 for s in range_])
+        change = plan("s", str(version), counts, range_, suffixes, state, state.version)
+        update = updated(change, state, {s: encoded(content[s], rng) for s in change.wanted}, range_, suffixes, True)
+        assert update is not None, step
+        state = update.spans
+        fresh = fresh_spans("x", {s: encoded(content[s], rng) for s in range_ if s in content}, range_, suffixes)
+        assert list(state.counts) == list(fresh.counts)
+        assert repr(list(state.floats)) == repr(list(fresh.floats))
+        for k, length in enumerate(suffixes):
+            assert state.sums[k].to_dict() == merged(content, range_[-length:]).to_dict(), (step, k)
