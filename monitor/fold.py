@@ -160,7 +160,7 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
     admit = groupings.guard_admit(slicer.guard)
     project, sources, order = _lattice(grouping_set, slicer.dimensions)
     width, depth = len(sources), len(resolutions)
-    widest = [j for j in order if sources[j] < 0]
+    plan = [(j, sources[j]) for j in order]
     # raw values -> (row ids, folded dims, folded groupings, each grouping's projection id)
     keys: dict[tuple[str, ...], tuple[list[str], tuple[str, ...], tuple[str, ...], list[int]]] = {}
     row_ids: dict[SliceKey, str] = {}
@@ -224,9 +224,14 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
             # the sums this group adds a part to: a new sum of a widest grouping reaches on up a level,
             # a new sum of any grouping reaches those summed from it
             where, index_at, start = shifted[level], index[level], starts[level] if level < depth else 0
-            for j in order:
-                source = sources[j]
-                child = (part if level == 0 else below[j]) if source < 0 else new[source]
+            reaches = False
+            for j, source in plan:
+                if source >= 0:
+                    child = new[source]
+                elif level:
+                    child = below[j]
+                else:
+                    child = part
                 if child < 0:
                     new[j] = -1
                     continue
@@ -240,6 +245,7 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
                     start_of.append(start)
                     sums_at[level][j].append(sum_id)
                     new[j] = sum_id
+                    reaches = reaches or source < 0
                 else:
                     others = more.get(sum_id)
                     if others is None:
@@ -247,7 +253,7 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
                     else:
                         others.append(child)
                     new[j] = -1
-            if all(new[j] < 0 for j in widest):
+            if not reaches:
                 break
             new, below = below, new
     # the sums, finest first, a grouping after its source; a sum of one part holds that part's aggregate
