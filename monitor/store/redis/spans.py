@@ -142,7 +142,7 @@ def plan(sid: str, version: str, counts: Sequence[int], range_: tuple[int, ...],
     if d is not None:  # nothing slid (0), or the range moved on by d windows (the minute's slide)
         n, grown = len(range_), 0
         fetch: list[int] = []
-        before = shifted(state.counts, state.floats, d)[0] if d else state.counts  # the cached counts
+        before = state.counts[d:] + array("q", bytes(8 * d)) if d else state.counts  # the cached counts
         for i in changed(counts, before):
             start, count, was = range_[i], counts[i], before[i]
             if count < was or (was and not state.cached(start)):
