@@ -43,6 +43,8 @@ warnings.filterwarnings("ignore", _KAFKA_IMPORT_WARNING, DeprecationWarning)
 
 from kafka.admin import KafkaAdminClient, NewTopic  # noqa: E402
 
+from monitor.store.redis.cluster import ClusterStore  # noqa: E402
+
 INTEGRATION_DIR = Path(__file__).resolve().parent
 REPO_DIR = INTEGRATION_DIR.parents[1]
 SERVICES_SCRIPT = REPO_DIR / "scripts" / "services.sh"
@@ -234,6 +236,27 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
                 admin.delete(REDIS_CLAIM_KEY.format(db=db))
     finally:
         admin.close()
+
+
+@pytest.fixture(autouse=True)
+def close_cluster_stores(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close the client of every ``ClusterStore.from_url`` a test opened, at its end.
+
+    Many cluster tests open a store and only clear its keys; a RedisCluster client left open is
+    an unclosed socket when the garbage collector meets it, and under ``filterwarnings = error``
+    that ResourceWarning fails whichever test (or the session's end) it happens to surface in."""
+    opened: list[ClusterStore] = []
+    from_url = ClusterStore.from_url.__func__  # type: ignore[attr-defined]
+
+    def tracked(cls: type[ClusterStore], *args: object, **kwargs: object) -> ClusterStore:
+        store = from_url(cls, *args, **kwargs)
+        opened.append(store)
+        return store
+
+    monkeypatch.setattr(ClusterStore, "from_url", classmethod(tracked))
+    yield
+    for store in opened:
+        store.cluster.close()
 
 
 @pytest.fixture
