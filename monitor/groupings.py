@@ -44,8 +44,10 @@ traces whose row is not their own combination.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from operator import itemgetter
 from typing import Any
 
 from monitor.slices import (
@@ -56,6 +58,7 @@ from monitor.slices import (
     CardinalityGuard,
     SliceKey,
     Slicer,
+    answers_inline,
     slice_id,
 )
 
@@ -77,11 +80,11 @@ class Grouping:
     dimensions: tuple[str, ...]
     budget: int = DEFAULT_BUDGET
 
-    @property
+    @cached_property
     def extras(self) -> tuple[str, ...]:
         return tuple(d for d in self.dimensions if d not in BASE_DIMENSIONS)
 
-    @property
+    @cached_property
     def name(self) -> str:
         """The extras joined with ``,``; ``""`` for the base grouping (the ``grouping`` label)."""
         return ",".join(self.extras)
@@ -126,16 +129,64 @@ class GroupingSet:
         ``admit(grouping, row_id)`` answers whether a combination (the row's id: its
         release, arm and extras) is admitted; it is asked only for rows whose extras
         are not all ``__other__``. ``key`` holds the slicer's dimensions in order.
+
+        With an ``admit`` of :func:`guard_admit` (one per fold), each grouping's row,
+        id and fold are remembered per projection (the key's values of its
+        dimensions) for that object's life: the admit is still asked every time, in
+        the same order, unless the guard is the pure one (its answers stand: see
+        :func:`monitor.slices.answers_inline`), whose remembered answer is reused.
         """
-        values = dict(key)
+        if isinstance(admit, GuardAdmit) and len(key) == len(self.dimensions) and key:
+            dims, values = zip(*key)
+            if dims == self.dimensions:
+                return self._remembered_rows(key, values, admit)
+        values_of = dict(key)
         out = []
         for g in self.groupings:
-            row = tuple((d, values[d]) for d in g.dimensions)
+            row = tuple((d, values_of[d]) for d in g.dimensions)
             folded = False
             extras = [v for d, v in row if d not in BASE_DIMENSIONS]
             if extras and any(v != OTHER for v in extras) and not admit(g, slice_id(row)):
                 row = tuple((d, v if d in BASE_DIMENSIONS else OTHER) for d, v in row)
                 folded = True
+            out.append((g, row, folded))
+        return out
+
+    @cached_property
+    def _plan(self) -> tuple[tuple[Grouping, Callable[[Sequence[Any]], Hashable], tuple[int, ...],
+                                   tuple[int, ...]], ...]:
+        """Per grouping: it, its projection of the key's values, its dimensions' and its extras' positions."""
+        out = []
+        for g in self.groupings:
+            where = tuple(self.dimensions.index(d) for d in g.dimensions)
+            extras = tuple(i for i, d in enumerate(g.dimensions) if d not in BASE_DIMENSIONS)
+            project: Callable[[Sequence[Any]], Hashable] = itemgetter(*where) if where else _nothing
+            out.append((g, project, where, extras))
+        return tuple(out)
+
+    def _remembered_rows(self, key: SliceKey, values: Sequence[str], admit: GuardAdmit,
+                         ) -> list[tuple[Grouping, SliceKey, bool]]:
+        """:meth:`rows` for a key in the slicer's order, through ``admit``'s memory (same rows, same questions)."""
+        memory = admit.memory_for(self)
+        final = admit.final
+        out: list[tuple[Grouping, SliceKey, bool]] = []
+        for (g, project, where, extras), known in zip(self._plan, memory):
+            projection = project(values)
+            seen = known.get(projection)
+            if seen is None:
+                row: SliceKey = tuple([key[i] for i in where])
+                sid, folded_row = None, row
+                if any(row[i][1] != OTHER for i in extras):   # a combination: the guard is asked
+                    sid = slice_id(row)
+                    folded_row = tuple([(d, OTHER) if i in extras else (d, v) for i, (d, v) in enumerate(row)])
+                seen = known[projection] = (row, False, sid, folded_row)
+            row, folded, sid, folded_row = seen
+            if sid is not None:
+                folded = not admit(g, sid)
+                if folded:
+                    row = folded_row
+                if final:   # the pure guard's answer stands (its sets only grow): it is not asked again
+                    known[projection] = (row, folded, None, row)
             out.append((g, row, folded))
         return out
 
@@ -188,11 +239,42 @@ def of_slicer(slicer: Slicer) -> GroupingSet:
     return found
 
 
-def guard_admit(guard: CardinalityGuard) -> Callable[[Grouping, str], bool]:
-    """``GroupingSet.rows``'s ``admit`` through ``guard``: one admitted set per grouping, capped by its budget."""
-    def admit(grouping: Grouping, combination: str) -> bool:
-        return guard.admit_capped(ADMITTED_PREFIX + grouping.name, combination, grouping.budget) != OTHER
-    return admit
+def _nothing(values: Sequence[Any]) -> Hashable:
+    return ()
+
+
+class GuardAdmit:
+    """``GroupingSet.rows``'s ``admit`` through a guard: one admitted set per grouping, capped by its budget.
+
+    It also holds what :meth:`GroupingSet.rows` remembers for its life (meant to be one fold): per
+    grouping and projection the row, its id (when the guard is asked about it) and its folded row,
+    and, when the guard is the pure one (:func:`monitor.slices.answers_inline`), the answer instead.
+    Nothing may remove values from the pure guard's sets while it lives; any other guard (the Redis
+    guard, whose ``forget`` clears them) is asked again every time.
+    """
+
+    __slots__ = ("final", "guard", "_memory", "_of")
+
+    def __init__(self, guard: CardinalityGuard) -> None:
+        self.guard = guard
+        self.final = answers_inline(guard)
+        self._of: GroupingSet | None = None
+        self._memory: list[dict[Hashable, tuple[SliceKey, bool, str | None, SliceKey]]] = []
+
+    def __call__(self, grouping: Grouping, combination: str) -> bool:
+        return self.guard.admit_capped(ADMITTED_PREFIX + grouping.name, combination, grouping.budget) != OTHER
+
+    def memory_for(self, of: GroupingSet) -> list[dict[Hashable, tuple[SliceKey, bool, str | None, SliceKey]]]:
+        """Per grouping of ``of``, what is remembered (forgotten when asked for another set)."""
+        if self._of is not of:
+            self._of = of
+            self._memory = [{} for _ in of.groupings]
+        return self._memory
+
+
+def guard_admit(guard: CardinalityGuard) -> GuardAdmit:
+    """``GroupingSet.rows``'s ``admit`` through ``guard`` (:class:`GuardAdmit`), meant for one fold."""
+    return GuardAdmit(guard)
 
 
 def rows_of(ids: Iterable[str], name: str, parse: Callable[[str], SliceKey]) -> dict[str, SliceKey]:

@@ -68,7 +68,9 @@ def _unescape(value: str) -> str:
 
 
 def slice_id(key: SliceKey) -> str:
-    return "|".join(f"{dim}={_escape(value)}" for dim, value in key)
+    # a value with none of the three characters is its own escape (the common case: skip the replaces)
+    return "|".join([f"{dim}={_escape(value) if '%' in value or '|' in value or '=' in value else value}"
+                     for dim, value in key])
 
 
 def parse_slice_id(text: str) -> SliceKey:
@@ -117,6 +119,46 @@ class CardinalityGuard:
             return value
         return OTHER
 
+    def admit_each(self, dims: Sequence[str], values: Sequence[str]) -> list[str]:
+        """``[admit(dim, value) for dim, value in zip(dims, values)]``, the questions asked in that order.
+
+        The pure guard answers them inline (same sets, same answers, no call per value); a guard whose
+        class or instance replaces ``admit``, ``admit_capped`` or ``cap`` (the Redis guard, a test's
+        recording guard) is asked each one through ``admit``, as before.
+        """
+        if not answers_inline(self):
+            admit = self.admit
+            return [admit(dim, value) for dim, value in zip(dims, values)]
+        admitted, max_values = self.admitted, self.max_values
+        out = []
+        for dim, value in zip(dims, values):
+            seen = admitted.get(dim)
+            if seen is None:
+                seen = admitted[dim] = set()
+            if value in seen:
+                out.append(value)
+                continue
+            cap = max_values if isinstance(max_values, int) else max_values.get(dim, 100)
+            if len(seen) < cap:
+                seen.add(value)
+                out.append(value)
+            else:
+                out.append(OTHER)
+        return out
+
+
+_INLINE_METHODS = ("admit", "admit_capped", "cap")
+
+
+def answers_inline(guard: CardinalityGuard) -> bool:
+    """True when ``guard`` is the pure guard's behaviour itself: no subclass or instance replaces how it
+    answers. Its questions are then unobservable but for the sets they leave, and an answer once given
+    stands for as long as no value is removed from the sets (admitted values stay, and a full set stays
+    full), so callers may answer inline or remember answers within one fold."""
+    kind = type(guard)
+    return (kind.admit_capped is CardinalityGuard.admit_capped and kind.admit is CardinalityGuard.admit
+            and kind.cap is CardinalityGuard.cap and vars(guard).keys().isdisjoint(_INLINE_METHODS))
+
 
 class GroupingRows(Protocol):
     """What a slicer places traces with (:class:`monitor.groupings.GroupingSet`)."""
@@ -151,8 +193,8 @@ class Slicer:
 
     def key_for(self, values: Sequence[str]) -> SliceKey:
         """The guarded key of raw dimension values (``unknown`` for missing), in dimension order."""
-        admit = self.guard.admit
-        return tuple((dim, admit(dim, value)) for dim, value in zip(self.dimensions, values))
+        dims = self.dimensions
+        return tuple(zip(dims, self.guard.admit_each(dims, values)))
 
     def keys(self, traces: Iterable[Trace]) -> list[SliceKey]:
         return [self.key(t) for t in traces]
