@@ -91,17 +91,21 @@ def matches(key: SliceKey, selector: Mapping[str, str]) -> bool:
     return all(values.get(dim) == value for dim, value in selector.items())
 
 
+#: Distinct values admitted per dimension when the guard's caps do not name it.
+DEFAULT_MAX_VALUES = 100
+
+
 @dataclass
 class CardinalityGuard:
     """Caps distinct values per dimension (see the module docstring)."""
 
-    max_values: int | Mapping[str, int] = 100
+    max_values: int | Mapping[str, int] = DEFAULT_MAX_VALUES
     admitted: dict[str, set[str]] = field(default_factory=dict)
 
     def cap(self, dim: str) -> int:
         if isinstance(self.max_values, int):
             return self.max_values
-        return self.max_values.get(dim, 100)
+        return self.max_values.get(dim, DEFAULT_MAX_VALUES)
 
     def admit(self, dim: str, value: str) -> str:
         return self.admit_capped(dim, value, self.cap(dim))
@@ -138,7 +142,7 @@ class CardinalityGuard:
             if value in seen:
                 out.append(value)
                 continue
-            cap = max_values if isinstance(max_values, int) else max_values.get(dim, 100)
+            cap = max_values if isinstance(max_values, int) else max_values.get(dim, DEFAULT_MAX_VALUES)
             if len(seen) < cap:
                 seen.add(value)
                 out.append(value)
