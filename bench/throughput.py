@@ -19,9 +19,15 @@ Per shape:
 1. produces N traces once (seeded; 360 slices, ~300 bytes each; event times
    ascending over the shape's span);
 2. a bare aiokafka consumer (fresh group, ``getmany`` with the worker's batch
-   size, no decoding) drains the topic — that shape's ``bare_consumer_per_s``
-   and its ratio's denominator (for context, on the first shape only, a second
-   bare consumer drains it one message at a time: ``bare_consumer_iter_per_s``);
+   size, no decoding) drains the topic, ``--bare-drains`` times (default 3,
+   each a fresh group; the first half before the worker runs, the rest after,
+   so a drift in the machine's state during the worker's run weighs on both
+   sides): the median rate is that shape's ``bare_consumer_per_s`` and its
+   ratio's denominator, every drain's rate is in ``bare_consumer_drains_per_s``
+   (one drain swung 230k–390k/s between shapes of one run: a ratio over a
+   single drain moved with it). For context, on the first shape only, a
+   second bare consumer drains it one message at a time:
+   ``bare_consumer_iter_per_s``;
 3. one ``fleetmon worker`` subprocess (fresh group, fresh Redis prefix)
    processes it; the bench polls its per-partition watermarks in Redis until
    they reach the end offsets, then stops the worker;
@@ -39,11 +45,10 @@ process's from spawn to its last apply (``/proc/<pid>/stat``, all its threads,
 start-up included: imports and the group join, about a second),
 ``worker_cpu_seconds`` and per trace ``worker_cpu_us_per_trace``; the bare
 consumer's (the bench process, nothing else running in it) per record,
-``bare_cpu_us_per_record``. Kafka's and Redis's CPU are in neither (Redis's is
-``redis_cpu_seconds``). Rates and CPU are not comparable with each other: the
-steady-state rates leave out what the worker fetched before its first apply.
-``--profile DIR`` attaches
-``py-spy`` (when installed) to each worker and writes its samples to
+``bare_cpu_us_per_record`` (the median over its drains). Kafka's and Redis's
+CPU are in neither (Redis's is ``redis_cpu_seconds``). Rates and CPU are not
+comparable with each other: the steady-state rates leave out what the worker
+fetched before its first apply. ``--profile DIR`` attaches ``py-spy`` (when installed) to each worker and writes its samples to
 ``DIR/<shape>.txt``. Prints a table and, as the last line, one JSON object:
 the plain shape's ``traces_per_s``, ``bare_consumer_per_s``, ``ratio``, then
 ``pairs20_ratio``, ``pairs100_ratio``, ``replay_ratio`` and every shape's
@@ -59,6 +64,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -344,15 +350,21 @@ def run_shape(args: argparse.Namespace, name: str, pair_share: float, span: floa
     try:
         produce_seconds, ends, pairs = asyncio.run(produce(args.bootstrap, topic, args.partitions, args.n,
                                                            args.seed, pair_share, span))
-        bare = asyncio.run(bare_consumer(args.bootstrap, topic, args.n, args.batch))
+        before = (args.bare_drains + 1) // 2
+        drains = [asyncio.run(bare_consumer(args.bootstrap, topic, args.n, args.batch)) for _ in range(before)]
         iterated = asyncio.run(bare_iterator(args.bootstrap, topic, args.n)) if iterate else None
         worker = worker_run(args.bootstrap, args.redis, topic, ends, prefix, args.timeout, profile)
+        drains += [asyncio.run(bare_consumer(args.bootstrap, topic, args.n, args.batch))
+                   for _ in range(args.bare_drains - before)]
     finally:
         asyncio.run(cleanup(args.bootstrap, args.redis, [topic, f"{topic}.dlq"], prefix))
     exact = worker["counted"] == args.n and worker["pairs"] == pairs and worker["waiting_halves"] == 0
     if not exact:
         print(f"MISMATCH ({name}): Redis counted {worker['counted']} traces and {worker['pairs']} pairs "
               f"({worker['waiting_halves']} halves waiting); produced {args.n} traces, {pairs} pairs", file=sys.stderr)
+    bare = {"per_s": statistics.median(d["per_s"] for d in drains),
+            "cpu_us_per_record": statistics.median(d["cpu_us_per_record"] for d in drains),
+            "drains_per_s": [d["per_s"] for d in drains]}
     return {"pair_share": pair_share, "event_span_seconds": span, "produce_per_s": args.n / produce_seconds,
             "bare": bare, "iterated": iterated, "worker": worker, "pairs_produced": pairs, "exact": exact,
             "ratio": worker["per_s"] / bare["per_s"]}
@@ -364,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--batch", type=int, default=200_000,
                         help="records per getmany for the bare consumer (the worker's batch size)")
+    parser.add_argument("--bare-drains", type=int, default=3,
+                        help="bare-consumer drains per shape, half before the worker and half after; "
+                             "the median is the ratio's denominator (default 3)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--shapes", default=",".join(SHAPES),
                         help=f"comma-separated shapes to run, of {', '.join(SHAPES)} (default: all)")
@@ -372,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for each worker run")
     parser.add_argument("--profile", default="", help="directory for py-spy samples of each worker (optional)")
     args = parser.parse_args(argv)
+    if args.bare_drains < 1:
+        parser.error(f"--bare-drains must be at least 1, got {args.bare_drains}")
     names = [name.strip() for name in args.shapes.split(",") if name.strip()]
     unknown = [name for name in names if name not in SHAPES]
     if unknown or not names:
@@ -412,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         "window_keys": r["worker"]["window_keys"], "minute_window_bytes": r["worker"]["minute_window_bytes"],
         "worker_cpu_seconds": round(r["worker"]["cpu_seconds"], 2),
         "worker_cpu_us_per_trace": round(r["worker"]["cpu_us_per_trace"], 2),
+        "bare_consumer_drains_per_s": [round(rate) for rate in r["bare"]["drains_per_s"]],
         "bare_cpu_us_per_record": round(r["bare"]["cpu_us_per_record"], 2),
         "counted_exact": r["exact"]} for name, r in results.items()}
     print(json.dumps(out))
