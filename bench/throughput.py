@@ -48,8 +48,8 @@ consumer's (the bench process, nothing else running in it) per record,
 ``bare_cpu_us_per_record`` (the median over its drains). Kafka's and Redis's
 CPU are in neither (Redis's is ``redis_cpu_seconds``). Rates and CPU are not
 comparable with each other: the steady-state rates leave out what the worker
-fetched before its first apply. ``--profile DIR`` attaches ``py-spy`` (when installed) to each worker and writes its samples to
-``DIR/<shape>.txt``. Prints a table and, as the last line, one JSON object:
+fetched before its first apply. ``--profile DIR`` attaches ``py-spy`` (when
+installed) to each worker and writes its samples to ``DIR/<shape>.txt``. Prints a table and, as the last line, one JSON object:
 the plain shape's ``traces_per_s``, ``bare_consumer_per_s``, ``ratio``, then
 ``pairs20_ratio``, ``pairs100_ratio``, ``replay_ratio`` and every shape's
 figures under ``shapes``.
