@@ -2,11 +2,12 @@
 
 :class:`SpanReader` returns per slice the totals and the merged aggregate of each
 span of minute windows (5 minutes, 1 hour, all ending together). Over the Redis
-store it keeps a cache (:mod:`monitor.store.redis.spans`) and per group of active
-slices runs two scripts: ``counts`` reads each slice's version and, when it moved
-or the spans slid, the trace count of every window in the span; ``fetch`` reads the
-windows whose count changed and those that slid out of a span (the cache keeps no
-window content but the newest minutes'). The groups' scripts are pipelined
+store it keeps a cache (:mod:`monitor.store.redis.spans`; which windows to fetch:
+:mod:`~monitor.store.redis.span_plan`) and per group of active slices runs two
+scripts: ``counts`` reads each slice's version and, when it moved or the spans
+slid, the trace count of every window in the span; ``fetch`` reads the windows
+whose count changed and those that slid out of a span (the cache keeps no window
+content but the newest minutes'). The groups' scripts are pipelined
 (:mod:`monitor.store.redis.wire`). A slice whose cache does not add up (a window
 that slid out changed since it was added) is read again and summed afresh.
 
@@ -36,7 +37,8 @@ from monitor.aggregate import Aggregate
 from monitor.store.base import ScriptableStore, Store, StoreError
 from monitor.store.redis.layout import KeyLayout, count_bucket
 from monitor.store.redis.scripts import REBUILDS, TOTALS_FLOATS, WHOLE_TOTALS
-from monitor.store.redis.spans import CachedTotals, Change, Ops, SliceSpans, followed_totals, plan, updated
+from monitor.store.redis.span_plan import plan
+from monitor.store.redis.spans import CachedTotals, Change, Ops, SliceSpans, followed_totals, updated
 from monitor.store.redis.wire import Scripts, Wire, chunks, decode_interned, text
 from monitor.windows import MINUTE, Resolution
 

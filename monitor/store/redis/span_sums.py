@@ -84,9 +84,19 @@ def shift_of(old_starts: tuple[int, ...], starts: tuple[int, ...]) -> int | None
     return d if d is not None and old_starts[d:] == starts[:n - d] else None
 
 
+def span_of(starts: tuple[int, ...], length: int) -> tuple[int, ...]:
+    """The last ``length`` starts of a range: the span of that length (every span ends with the range)."""
+    return starts[len(starts) - length:]
+
+
+def shifted_counts(counts: array, d: int) -> array:
+    """A cache's counts moved on by ``d`` windows, the ``d`` new windows absent (0)."""
+    return counts[d:] + array("q", bytes(8 * d))
+
+
 def shifted(counts: array, floats: array, d: int) -> tuple[array, array]:
     """A cache's counts and floats moved on by ``d`` windows, the ``d`` new windows absent (0, nan)."""
-    return counts[d:] + array("q", bytes(8 * d)), floats[d * N_FLOATS:] + array("d", [NAN]) * (d * N_FLOATS)
+    return shifted_counts(counts, d), floats[d * N_FLOATS:] + array("d", [NAN]) * (d * N_FLOATS)
 
 
 def shifted_moves(length: int, d: int, old_starts: tuple[int, ...], old_counts: Sequence[int],

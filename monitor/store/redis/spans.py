@@ -49,6 +49,7 @@ from monitor.store.redis.span_sums import (
     shift_of,
     shifted,
     shifted_moves,
+    span_of,
     steps_of,
 )
 from monitor.store.redis.wire import FLOATS, text
@@ -103,7 +104,8 @@ class SliceSpans:
 
 @dataclass(slots=True)
 class Change:
-    """One active slice to update this scrape: what the counts script said, and the plan.
+    """One active slice to update this scrape: what the counts script said, and the plan
+    (:func:`monitor.store.redis.span_plan.plan`).
 
     ``counts``: per start of the range, its count. ``wanted``: the window starts to
     fetch (``leaving``: those outside the range, with the count they were added at);
@@ -118,95 +120,6 @@ class Change:
     leaving: dict[int, int] = field(default_factory=dict)
     fresh: bool = False
     shortcut: bool = False
-
-
-def _span(starts: tuple[int, ...], length: int) -> tuple[int, ...]:
-    return starts[len(starts) - length:]
-
-
-def plan(sid: str, version: str, counts: Sequence[int], range_: tuple[int, ...], suffixes: tuple[int, ...],
-         state: SliceSpans | None, totals_version: str | None) -> Change:
-    """Which windows to fetch, and whether the totals can follow the windows.
-
-    Fetched: every window whose count changed or that came into a span (its new
-    content) and every window that left a span whose content is not cached (to
-    take it out). The totals can follow when every trace added since the cached
-    version landed in a window the cache knew: the version grew by exactly those
-    windows' count increases (the fold adds the same aggregate to a trace's window
-    and to the totals, atomically).
-    """
-    change = Change(sid, version, counts)
-    if state is None or len(state.suffixes) != len(suffixes):
-        return _fresh(change, range_)
-    d = shift_of(state.starts, range_) if state.suffixes == suffixes else None
-    if d is not None:  # nothing slid (0), or the range moved on by d windows (the minute's slide)
-        n, grown = len(range_), 0
-        fetch: list[int] = []
-        before = state.counts[d:] + array("q", bytes(8 * d)) if d else state.counts  # the cached counts
-        for i in changed(counts, before):
-            start, count, was = range_[i], counts[i], before[i]
-            if count < was or (was and not state.cached(start)):
-                return _fresh(change, range_)  # a rebuild, or the old content to take out is not cached
-            fetch.append(start)
-            if i < n - d:  # a window the cache knew
-                grown += count - was
-        if d:
-            moved: set[int] = set()
-            for length in suffixes:
-                first = n - length
-                for j in range(first, min(n, first + d)):  # leaving the span: the content added is taken out
-                    count, start = state.counts[j], state.starts[j]
-                    if count and (j < d or counts[j - d] == count) and not state.cached(start):
-                        moved.add(start)
-                        if j < d:
-                            change.leaving[start] = count
-                moved.update(range_[i] for i in range(max(first, n - d), n)  # coming in: its content is added
-                             if counts[i] and not state.cached(range_[i]))
-            fetch = sorted(moved.union(fetch))
-        change.wanted = fetch
-        return _shortcut(change, state, totals_version, grown)
-    new = dict(zip(range_, counts))
-    old = dict(zip(state.starts, state.counts))
-    wanted: set[int] = set()
-    grown = 0
-    for start, count in new.items():
-        before = old.get(start, 0)
-        if count == before:
-            continue
-        if count < before or (before and not state.cached(start)):
-            return _fresh(change, range_)  # a rebuild, or the old content to take out is not cached
-        wanted.add(start)
-        if start in old:
-            grown += count - before
-    for k, length in enumerate(suffixes):
-        new_span, old_span = set(_span(range_, length)), _span(state.starts, state.suffixes[k])
-        for start in old_span:  # leaving: the content that was added must be taken out
-            count = old[start]
-            if count and start not in new_span and new.get(start, count) == count and not state.cached(start):
-                wanted.add(start)
-                if start not in new:
-                    change.leaving[start] = count
-        for start in new_span.difference(old_span):  # coming in: its content is added
-            if new[start] and not state.cached(start):
-                wanted.add(start)
-    change.wanted = sorted(wanted)
-    return _shortcut(change, state, totals_version, grown)
-
-
-def _shortcut(change: Change, state: SliceSpans, totals_version: str | None, grown: int) -> Change:
-    """Whether the totals follow: the version grew by exactly the known windows' count increases."""
-    if state.version and totals_version == state.version:
-        try:
-            change.shortcut = int(change.version) - int(state.version) == grown
-        except ValueError:
-            pass
-    return change
-
-
-def _fresh(change: Change, range_: tuple[int, ...]) -> Change:
-    change.fresh = True
-    change.wanted = [start for start, count in zip(range_, change.counts) if count > 0]
-    return change
 
 
 class Update(NamedTuple):
@@ -277,7 +190,7 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
             moves = shifted_moves(length, d, old.starts, old_counts, range_, before, counts, differ)
         else:
             moves = []
-            in_span, in_old = set(_span(range_, length)), set(_span(old.starts, old.suffixes[k]))
+            in_span, in_old = set(span_of(range_, length)), set(span_of(old.starts, old.suffixes[k]))
             old_at = positions(old.starts)
             for start in sorted(in_span | in_old):
                 c_old = old_counts[old_at[start]] if start in in_old else 0
@@ -298,7 +211,7 @@ def updated(change: Change, old: SliceSpans | None, fetched: Mapping[int, bytes]
             moved = _moved(sums[k], planned[k], gained, windows) if known is None else added(sums[k], known)
             if moved is None:
                 return None  # the slice is summed afresh; its sums moved so far are left stale
-            sums[k], ops[k] = resum_floats(moved[0], floats, range_, _span(range_, suffixes[k])), moved[1]
+            sums[k], ops[k] = resum_floats(moved[0], floats, range_, span_of(range_, suffixes[k])), moved[1]
     recent = _recent(range_, counts, windows, old)
     return Update(SliceSpans(version, range_, suffixes, counts, floats, recent, sums), gained, tuple(ops))
 

@@ -9,8 +9,9 @@ import orjson
 import pytest
 
 from monitor.aggregate import FLOAT_FIELDS, Aggregate
+from monitor.store.redis.span_plan import plan
 from monitor.store.redis.span_sums import stale
-from monitor.store.redis.spans import Change, fresh_spans, plan, updated
+from monitor.store.redis.spans import Change, fresh_spans, updated
 from tests.support.traces import make_traces
 
 STEP = 60
