@@ -27,6 +27,7 @@ import json
 from collections.abc import Sequence
 from typing import Protocol, cast
 
+import orjson
 import redis
 
 from monitor.aggregate import FLOAT_FIELDS, LATENCY_PREFIX, Aggregate
@@ -179,8 +180,8 @@ class RedisStore:
                       "registry": keys.identity_base(),  # the registry set: see release_identities
                       "hashes": {keys.identity(release): {name: repr(float(ts)) for name, ts in fields.items()}
                                  for release, fields in delta.identities.items()}}
-        return json.dumps({"windows": windows, "ints": ints, "floats": floats, "expire_at": expire_at,
-                           "last_seen": delta.last_seen, "pending": waiting, "identities": identities})
+        return orjson.dumps({"windows": windows, "ints": ints, "floats": floats, "expire_at": expire_at,
+                             "last_seen": delta.last_seen, "pending": waiting, "identities": identities})
 
     def pending(self, source: str) -> dict[str, str]:
         return {text(k): text(v) for k, v in self.client.hgetall(self.keys.pending(source)).items()}
