@@ -16,6 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
+use std::sync::Mutex;
 
 /// The names the codec treats apart (from Python, so the two cannot drift apart).
 #[pyclass(frozen)]
@@ -26,7 +27,13 @@ struct WindowCodec {
     zero_field: String,
     /// The prefix of sketch fields (`latency:`).
     latency_prefix: String,
+    /// Field names already interned (a few dozen: the fields and the models' token fields), so a
+    /// window's names are looked up here instead of built and interned again; at most [`NAMES_CACHED`].
+    names: Mutex<FxHashMap<String, Py<PyString>>>,
 }
+
+/// Field names the codec keeps interned (past that, names are interned call by call as before).
+const NAMES_CACHED: usize = 4096;
 
 /// A plain field's value as Python reads it.
 #[derive(Clone, Copy)]
@@ -224,6 +231,19 @@ struct Window<'a> {
 }
 
 impl WindowCodec {
+    /// `name` as an interned Python string (the one the codec handed out before, when cached).
+    fn name<'py>(&self, py: Python<'py>, name: &str) -> Bound<'py, PyString> {
+        let Ok(mut names) = self.names.lock() else { return PyString::intern(py, name) };
+        if let Some(held) = names.get(name) {
+            return held.bind(py).clone();
+        }
+        let interned = PyString::intern(py, name);
+        if names.len() < NAMES_CACHED {
+            names.insert(name.to_owned(), interned.clone().unbind());
+        }
+        interned
+    }
+
     fn float_index(&self, name: &str) -> Option<usize> {
         self.floats.iter().position(|f| f == name)
     }
@@ -411,7 +431,7 @@ fn gained<'b>(new: &'b Parsed<'_>, old: &Parsed<'_>)
 impl WindowCodec {
     #[new]
     fn new(floats: Vec<String>, zero_field: String, latency_prefix: String) -> Self {
-        WindowCodec { floats, zero_field, latency_prefix }
+        WindowCodec { floats, zero_field, latency_prefix, names: Mutex::new(FxHashMap::default()) }
     }
 
     /// `(counts, buckets, zero, bucket total)` of one encoded hash, or None (see the module doc).
@@ -435,7 +455,7 @@ impl WindowCodec {
         let Some((buckets, total)) = buckets_dict(py, &pairs)? else { return Ok(None) };
         let counts = PyDict::new(py);
         for (name, value) in &window.fields {
-            set_value(&counts, &PyString::intern(py, name), *value)?;
+            set_value(&counts, &self.name(py, name), *value)?;
         }
         Ok(Some(PyTuple::new(py, [counts.into_any(), buckets.into_any(), window.zero.into_pyobject(py)?.into_any(),
                                   total.into_pyobject(py)?.into_any()])?))
@@ -460,7 +480,7 @@ impl WindowCodec {
             Some((counts, buckets, zero, count)) => {
                 let c = PyDict::new(py);
                 for (name, value) in counts {
-                    set_value(&c, &PyString::intern(py, name), value)?;
+                    set_value(&c, &self.name(py, name), value)?;
                 }
                 let bk = PyDict::new(py);
                 for (index, n) in buckets {
@@ -541,7 +561,7 @@ impl WindowCodec {
             present.push((i, ints, window.zero, first, pairs.len()));
         }
         let spans = PyList::empty(py);
-        let interned: Vec<Bound<'py, PyString>> = names.iter().map(|name| PyString::intern(py, name)).collect();
+        let interned: Vec<Bound<'py, PyString>> = names.iter().map(|name| self.name(py, name)).collect();
         for &length in &suffixes {
             let first = n.saturating_sub(length);
             let mut sums = vec![0i64; names.len()];
@@ -664,11 +684,35 @@ fn changed_positions(py: Python<'_>, new: PyBuffer<i64>, old: PyBuffer<i64>) -> 
     Ok(a.iter().zip(&b).enumerate().filter(|(_, (x, y))| x != y).map(|(i, _)| i).collect())
 }
 
+/// The counts script's reply for one slice (`count count ...`, plain decimal integers separated by
+/// whitespace) written into `out` (an `array("q")`) when it holds exactly as many, as
+/// `array("q", map(int, raw.split()))` would hold them. Returns how many counts the text holds, or
+/// None when a token is not a plain decimal integer of i64 (the caller reads the text in Python,
+/// which decides and reports it); `out` is left as it was unless the number matches.
+#[pyfunction]
+fn parse_counts(py: Python<'_>, raw: &[u8], out: PyBuffer<i64>) -> PyResult<Option<usize>> {
+    let mut values = Vec::with_capacity(out.item_count());
+    for token in raw.split(u8::is_ascii_whitespace).filter(|t| !t.is_empty()) {
+        match int_of_bytes(token) {
+            Some(v) => values.push(v),
+            None => return Ok(None),
+        }
+    }
+    if values.len() == out.item_count() && !values.is_empty() {
+        if out.readonly() {
+            return Err(PyValueError::new_err("parse_counts needs a writable array of counts, got a read-only buffer"));
+        }
+        out.copy_from_slice(py, &values)?;
+    }
+    Ok(Some(values.len()))
+}
+
 /// Adds the codec and the dict arithmetic to the module (one line in `lib.rs`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<WindowCodec>()?;
     m.add_function(wrap_pyfunction!(add_into, m)?)?;
     m.add_function(wrap_pyfunction!(difference, m)?)?;
     m.add_function(wrap_pyfunction!(resum_floats, m)?)?;
-    m.add_function(wrap_pyfunction!(changed_positions, m)?)
+    m.add_function(wrap_pyfunction!(changed_positions, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_counts, m)?)
 }

@@ -29,7 +29,6 @@ identifies a window's content, and the cost figures: docs/metrics.md.
 from __future__ import annotations
 
 import logging
-from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,7 +38,7 @@ from monitor.store.redis.layout import KeyLayout, count_bucket
 from monitor.store.redis.scripts import REBUILDS, TOTALS_FLOATS, WHOLE_TOTALS
 from monitor.store.redis.span_plan import plan
 from monitor.store.redis.spans import CachedTotals, Change, Ops, SliceSpans, followed_totals, updated
-from monitor.store.redis.wire import Scripts, Wire, chunks, decode_interned, text
+from monitor.store.redis.wire import Scripts, Wire, chunks, counts_of, decode_interned, text
 from monitor.windows import MINUTE, Resolution
 
 log = logging.getLogger("fleetmon.exporter")
@@ -233,7 +232,7 @@ class SpanReader:
                 if cached is not None and cached.version == self._spans[sid].version:
                     totals[sid] = cached.totals
                 continue
-            counts = array("q", map(int, text(reply[1]).split()))
+            counts = counts_of(reply[1], len(range_))
             if len(counts) != len(range_):
                 raise StoreError(f"the counts script sent {len(counts)} counts for slice {sid!r}, "
                                  f"expected one per window start ({len(range_)})")

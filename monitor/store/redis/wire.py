@@ -17,6 +17,7 @@ up, not required), so this module imports no Redis client itself.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator, Sequence
 from sys import intern
 from typing import Any
@@ -32,9 +33,13 @@ try:  # the native reader of packed hashes (native/src/window.rs); without it, t
     from fleetmon_native import WindowCodec as _WindowCodec
 except ImportError:  # pragma: no cover - a tree without `make install`
     _WindowCodec = None
+try:  # the native reader of a counts reply (an extension built before it: the Python one below)
+    from fleetmon_native import parse_counts as _parse_counts
+except ImportError:  # pragma: no cover - a tree without `make install`
+    _parse_counts = None
 
-__all__ = ["CHUNK_KEYS", "CODEC", "FLOATS", "Scripts", "Wire", "chunks", "decode_hash", "decode_interned",
-           "parse_flat", "text"]
+__all__ = ["CHUNK_KEYS", "CODEC", "FLOATS", "Scripts", "Wire", "chunks", "counts_of", "decode_hash",
+           "decode_interned", "parse_flat", "text"]
 
 #: The native codec (None when not built): :func:`decode_hash` and ``span_sums.fresh_sums`` use it for
 #: every hash it reads exactly as the Python reader would; it hands anything else back (None) to Python.
@@ -125,6 +130,19 @@ def decode_hash_python(raw: bytes | str) -> Aggregate:
     # the sketch's quantiles (every changed sum, every scrape) stay nearly free
     return parse_flat(flat if isinstance(flat, list) else [],  # cjson writes an empty array as {}
                       dict(sorted(zip(numbers[0::2], numbers[1::2]))))
+
+
+def counts_of(raw: bytes | str, expected: int, native: bool = True) -> array:
+    """The counts script's reply for one slice (``count count ...``) as an ``array("q")``:
+    ``array("q", map(int, text(raw).split()))``, read natively when the extension is built and every
+    token is a plain decimal integer (else, and with ``native=False``, in Python, whose ``int``
+    decides and reports a bad token). ``expected``: how many counts the caller wants (the native
+    reader fills an array of that length; any other number is still returned as read)."""
+    if native and _parse_counts is not None and expected > 0:
+        out = array("q", bytes(8 * expected))
+        if _parse_counts(raw.encode() if isinstance(raw, str) else raw, out) == expected:
+            return out
+    return array("q", map(int, text(raw).split()))
 
 
 def text(value: Any) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from array import array
 
 import orjson
@@ -273,3 +274,40 @@ def test_changed_positions_natively_as_in_python(new, old):
     want = span_sums.changed(new, old, native=False)
     assert span_sums.changed(array("q", new), array("q", old)) == want == span_sums.changed(new, old)
     assert want == [i for i in range(min(len(new), len(old))) if new[i] != old[i]]
+
+
+COUNT_TOKENS = st.one_of(st.integers(-2**63, 2**63 - 1).map(str), st.integers(0, 99).map(str),
+                         st.sampled_from(["+5", "1_000", "0x1f", "", "-", "7.0", "\u0663", "99999999999999999999"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(COUNT_TOKENS, max_size=70), st.sampled_from([" ", "  ", "\t", " \n"]), st.integers(0, 72))
+def test_a_counts_reply_reads_natively_as_in_python(tokens, separator, expected):
+    assert wire._parse_counts is not None
+    raw = separator.join(tokens).encode()
+    try:
+        want = array("q", map(int, raw.decode().split()))  # what the reader did before: Python's int decides
+    except (ValueError, OverflowError) as exc:
+        with pytest.raises(type(exc)):
+            wire.counts_of(raw, expected)
+        return
+    for got in (wire.counts_of(raw, expected), wire.counts_of(raw.decode(), expected),
+                wire.counts_of(raw, len(want)), wire.counts_of(raw, expected, native=False)):
+        assert got.typecode == "q" and got.tolist() == want.tolist()  # any other number of counts is read as it is
+
+
+def test_the_native_counts_reader_fills_only_an_array_of_its_length_and_hands_back_what_it_cannot_read():
+    out = array("q", [7, 7, 7])
+    assert wire._parse_counts(b"1 2", out) == 2 and out.tolist() == [7, 7, 7]  # a wrong number: left as it was
+    assert wire._parse_counts(b" 1\t2\n-3 ", out) == 3 and out.tolist() == [1, 2, -3]
+    assert wire._parse_counts(b"1 +2 3", out) is None and out.tolist() == [1, 2, -3]  # Python's int decides
+    with pytest.raises(ValueError, match="writable"):
+        wire._parse_counts(b"1 2 3", memoryview(b"\0" * 24).cast("q"))
+
+
+def test_the_codec_hands_out_interned_field_names_the_same_objects_call_after_call():
+    raw = pack(windows(3)[0]).encode()
+    first, again = CODEC.decode(raw)[0], CODEC.decode(raw)[0]
+    assert list(first) == list(again)
+    for a, b in zip(first, again):
+        assert a is b and sys.intern(str(a)) is a  # the caches share one copy of each name
