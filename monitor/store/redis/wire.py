@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - a tree without `make install`
     _parse_counts = None
 
 __all__ = ["CHUNK_KEYS", "CODEC", "FLOATS", "Scripts", "Wire", "chunks", "counts_of", "decode_hash",
-           "decode_interned", "parse_flat", "text"]
+           "decode_interned", "parse_flat", "resp_command", "text"]
 
 #: The native codec (None when not built): :func:`decode_hash` and ``span_sums.fresh_sums`` use it for
 #: every hash it reads exactly as the Python reader would; it hands anything else back (None) to Python.
@@ -157,6 +157,25 @@ def chunks(items: Sequence[Any], keys_per_item: int) -> Iterator[Sequence[Any]]:
         yield items[i:i + step]
 
 
+def resp_command(args: Sequence[Any], encoding: str = "utf-8", errors: str = "strict") -> bytes | None:
+    """A command as the Redis protocol sends it (an array of bulk strings): the bytes redis-py's packers
+    write for arguments that are ``str`` (encoded as the client encodes them), ``int`` or ``bytes``, in
+    one join instead of an encode and a format per argument; None for any other argument type (the
+    client packs and checks those itself). The command's name must be one word."""
+    parts = [b"*%d\r\n" % len(args)]
+    append = parts.append
+    for arg in args:
+        kind = type(arg)
+        if kind is str:
+            arg = arg.encode(encoding, errors)
+        elif kind is int:
+            arg = b"%d" % arg
+        elif kind is not bytes:
+            return None
+        append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+    return b"".join(parts)
+
+
 class Scripts:
     """The read scripts registered on one client; :meth:`call` runs one, :meth:`wire` opens a :class:`Wire`."""
 
@@ -203,9 +222,16 @@ class Wire:
 
     def __init__(self, scripts: Scripts, connection: Any, pool: Any) -> None:
         self.scripts, self.connection, self.pool = scripts, connection, pool
+        encoder = getattr(connection, "encoder", None)
+        self.encoding = None if encoder is None else (encoder.encoding, encoder.encoding_errors)
 
     def send(self, name: str, keys: list[str], args: list[Any]) -> None:
-        self.connection.send_command("EVALSHA", self.scripts.by_name[name].sha, len(keys), *keys, *args)
+        command = ("EVALSHA", self.scripts.by_name[name].sha, len(keys), *keys, *args)
+        packed = None if self.encoding is None else resp_command(command, *self.encoding)
+        if packed is None:
+            self.connection.send_command(*command)  # what the client packs itself (any other argument type)
+        else:
+            self.connection.send_packed_command([packed])
 
     def take(self) -> Any:
         return self.connection.read_response()
