@@ -12,10 +12,12 @@ skipped; a slice's samples are re-rendered only when its aggregates change.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,7 +149,7 @@ class FleetCollector:
         families: list[Metric] = []
         store_up = 1
         try:
-            with self._lock:
+            with self._lock, collection_paused():
                 families.extend(self._collect_store(now))
         except Exception:
             log.exception("reading the store failed; exporting fleetmon_store_up 0")
@@ -350,6 +352,28 @@ class FleetCollector:
         out.append(metric_family(table.MAX_SERIES, value=self.max_series))
         out.append(metric_family(table.FOLDED_SLICES, value=self.folded_slices))
         return out
+
+
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """Hold Python's cyclic garbage collector off while a scrape reads the store and renders.
+
+    A scrape replaces thousands of cached aggregates (each a few dicts) with new ones that live
+    until the next scrape; left on, the collector runs its full collection, which walks every
+    cached object, several times a scrape at 10,000 slices (0.27 s of 2.9 s). Held off, the young
+    objects are walked once after the scrape and a full collection comes every few dozen scrapes.
+    Reference counting still frees everything that is not a cycle; cycles made during the scrape
+    wait for the next collection. When the collector is already off (``gc.disable()`` by the
+    embedding process) it is left off.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def build_registry(store: Store, prices: PriceMap, **options: Any) -> tuple[CollectorRegistry, FleetCollector]:

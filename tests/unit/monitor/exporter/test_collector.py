@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import random
 import urllib.request
@@ -320,3 +321,31 @@ def test_cli_registers_the_exporter_command():
     # host left to fleetmon.toml / its default (exporter.host) when the flag is absent
     assert (args.command, args.port, args.host, args.redis, args.active_window) == (
         "exporter", 9999, None, "redis://x:1/2", "2h")
+
+
+def test_the_garbage_collector_is_held_off_during_the_store_read_and_restored_after_it():
+    seen: list[bool] = []
+
+    class Watching(MemoryStore):
+        def active_slices(self, since=None):
+            seen.append(gc.isenabled())
+            return super().active_slices(since)
+
+    class Broken(MemoryStore):
+        def active_slices(self, since=None):
+            seen.append(gc.isenabled())
+            raise ConnectionError("redis is down")
+
+    store = Watching()
+    store.apply(fold(make_traces(50, seed=3), Slicer(), NOW), "fleetmon.traces:0", 0, 49)
+    assert gc.isenabled()
+    try:
+        scrape(FleetCollector(store, PRICES, now=lambda: NOW))
+        assert seen == [False] and gc.isenabled()  # off while the store was read, on again after
+        assert scrape(FleetCollector(Broken(), PRICES, now=lambda: NOW))["fleetmon_store_up"][0].value == 0
+        assert seen == [False, False] and gc.isenabled()  # on again after a failed read too
+        gc.disable()  # an embedding process that turned it off keeps it off
+        scrape(FleetCollector(store, PRICES, now=lambda: NOW))
+        assert seen == [False, False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
