@@ -12,12 +12,10 @@ skipped; a slice's samples are re-rendered only when its aggregates change.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +38,7 @@ from monitor.exporter.exposition import (
 )
 from monitor.exporter.figures import histogram_counts, window_figures
 from monitor.exporter.folds import RowFolds
+from monitor.exporter.heap import collection_paused
 from monitor.exporter.labels import SliceLabeller, grouping_folded
 from monitor.exporter.lag import KafkaLag
 from monitor.identity import summarize
@@ -352,28 +351,6 @@ class FleetCollector:
         out.append(metric_family(table.MAX_SERIES, value=self.max_series))
         out.append(metric_family(table.FOLDED_SLICES, value=self.folded_slices))
         return out
-
-
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """Hold Python's cyclic garbage collector off while a scrape reads the store and renders.
-
-    A scrape replaces thousands of cached aggregates (each a few dicts) with new ones that live
-    until the next scrape; left on, the collector runs its full collection, which walks every
-    cached object, several times a scrape at 10,000 slices (0.27 s of 2.9 s). Held off, the young
-    objects are walked once after the scrape and a full collection comes every few dozen scrapes.
-    Reference counting still frees everything that is not a cycle; cycles made during the scrape
-    wait for the next collection. When the collector is already off (``gc.disable()`` by the
-    embedding process) it is left off.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def build_registry(store: Store, prices: PriceMap, **options: Any) -> tuple[CollectorRegistry, FleetCollector]:
