@@ -49,10 +49,11 @@ consumer's (the bench process, nothing else running in it) per record,
 CPU are in neither (Redis's is ``redis_cpu_seconds``). Rates and CPU are not
 comparable with each other: the steady-state rates leave out what the worker
 fetched before its first apply. ``--profile DIR`` attaches ``py-spy`` (when
-installed) to each worker and writes its samples to ``DIR/<shape>.txt``. Prints a table and, as the last line, one JSON object:
-the plain shape's ``traces_per_s``, ``bare_consumer_per_s``, ``ratio``, then
-``pairs20_ratio``, ``pairs100_ratio``, ``replay_ratio`` and every shape's
-figures under ``shapes``.
+installed) to each worker and writes its samples to ``DIR/<shape>.txt``.
+Prints a table and, as the last line, one JSON object: the plain shape's
+``traces_per_s``, ``bare_consumer_per_s``, ``ratio``, then ``pairs20_ratio``,
+``pairs100_ratio``, ``replay_ratio`` and every shape's figures under
+``shapes``.
 """
 
 from __future__ import annotations
@@ -362,12 +363,12 @@ def run_shape(args: argparse.Namespace, name: str, pair_share: float, span: floa
     if not exact:
         print(f"MISMATCH ({name}): Redis counted {worker['counted']} traces and {worker['pairs']} pairs "
               f"({worker['waiting_halves']} halves waiting); produced {args.n} traces, {pairs} pairs", file=sys.stderr)
-    bare = {"per_s": statistics.median(d["per_s"] for d in drains),
-            "cpu_us_per_record": statistics.median(d["cpu_us_per_record"] for d in drains),
+    bare_per_s = statistics.median(d["per_s"] for d in drains)
+    bare = {"per_s": bare_per_s, "cpu_us_per_record": statistics.median(d["cpu_us_per_record"] for d in drains),
             "drains_per_s": [d["per_s"] for d in drains]}
     return {"pair_share": pair_share, "event_span_seconds": span, "produce_per_s": args.n / produce_seconds,
             "bare": bare, "iterated": iterated, "worker": worker, "pairs_produced": pairs, "exact": exact,
-            "ratio": worker["per_s"] / bare["per_s"]}
+            "ratio": worker["per_s"] / bare_per_s}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 
 from monitor.pricing import PriceMap
 from monitor.schema import OUTCOMES, Trace
-from monitor.sketch import LogSketch
+from monitor.sketch import LogSketch, add_counts
 from monitor.stats.intervals import estimate_rate
 
 #: Fields summed as floats (HINCRBYFLOAT); every other field is an integer.
@@ -104,9 +104,7 @@ class Aggregate:
 
     def merge(self, other: Aggregate) -> Aggregate:
         """Add ``other`` in (in place); returns self."""
-        c = self.counts
-        for key, value in other.counts.items():
-            c[key] = c.get(key, 0) + value
+        add_counts(self.counts, other.counts)
         self.latency.merge(other.latency)
         return self
 

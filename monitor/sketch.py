@@ -26,11 +26,27 @@ Empty sketch: ``count == 0`` and every quantile is ``nan``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 DEFAULT_RELATIVE_ACCURACY = 0.01
 DEFAULT_MIN_VALUE = 1e-6
 ZERO_KEY = "z"
+
+
+def _add_counts(dst: dict[Any, Any], src: Mapping[Any, Any]) -> None:
+    for key, value in src.items():
+        dst[key] = dst.get(key, 0) + value
+
+
+#: ``add_counts(dst, src)``: ``dst[k] = dst.get(k, 0) + v`` for every ``(k, v)`` of ``src``, in
+#: ``src``'s order: the dict loop of :meth:`LogSketch.merge` and :meth:`monitor.aggregate.Aggregate.merge`.
+#: In C when the native module is built (``native/src/window.rs``: Python's own additions, same order).
+try:
+    from fleetmon_native import add_into as _native_add_into
+except ImportError:  # a tree without `make install`
+    _native_add_into = None
+add_counts: Callable[[dict[Any, Any], Mapping[Any, Any]], None] = _native_add_into or _add_counts
 
 
 class LogSketch:
@@ -84,8 +100,7 @@ class LogSketch:
             raise ValueError(
                 "cannot merge sketches with different parameters: "
                 f"{self.relative_accuracy}/{self.min_value} vs {other.relative_accuracy}/{other.min_value}")
-        for index, n in other.buckets.items():
-            self.buckets[index] = self.buckets.get(index, 0) + n
+        add_counts(self.buckets, other.buckets)
         self.zero_count += other.zero_count
         self.count += other.count
         return self

@@ -15,6 +15,7 @@ mod evidence;
 mod group;
 mod halves;
 mod join;
+mod pack; // the worker's packing of window aggregates into their hash field
 mod record;
 mod scan;
 mod window; // the exporter's reader of packed window hashes
@@ -301,5 +302,6 @@ fn fleetmon_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<join::Halves>()?;
     m.add_function(wrap_pyfunction!(known_fields, m)?)?;
     window::register(m)?;
+    pack::register(m)?;
     Ok(())
 }

@@ -20,9 +20,16 @@ from monitor.aggregate import FLOAT_FIELDS, LATENCY_PREFIX, Aggregate
 from monitor.sketch import ZERO_KEY
 from monitor.store.redis.layout import PACKED_FIELD
 
-__all__ = ["PACKED_FIELD", "PACKING", "pack", "window_fields"]
+__all__ = ["PACKED_FIELD", "PACKING", "pack", "pack_python", "window_fields"]
 
 _ZERO_FIELD = LATENCY_PREFIX + ZERO_KEY
+
+try:
+    from fleetmon_native import WindowPacker as _WindowPacker
+except ImportError:  # not built: every window is packed in Python
+    _PACKER = None
+else:
+    _PACKER = _WindowPacker(sorted(FLOAT_FIELDS), _ZERO_FIELD)
 
 # Lua functions for the scripts that start with them. merged(a, b): two packed texts added (integers
 # exact below 2^53 as '%.0f', the float fields '%.17g': what HINCRBY / HINCRBYFLOAT would store;
@@ -89,7 +96,21 @@ end
 
 
 def pack(agg: Aggregate) -> str:
-    """``agg`` as a window hash's packed field (see the module docstring); zero counts left out."""
+    """``agg`` as a window hash's packed field (see the module docstring); zero counts left out.
+
+    Written natively (``fleetmon_native.WindowPacker``, ~10x faster) when that is installed and
+    sure to write the same text; else by :func:`pack_python`.
+    """
+    if _PACKER is not None:
+        latency = agg.latency
+        text = _PACKER.pack(agg.counts, latency.buckets, latency.zero_count)
+        if text is not None:
+            return text
+    return pack_python(agg)
+
+
+def pack_python(agg: Aggregate) -> str:
+    """:func:`pack` in Python: the reference the native packer is checked against."""
     plain: list[str] = []
     for name, value in agg.counts.items():
         if value:
