@@ -16,8 +16,9 @@ Guarantees (Kafka delivers at least once; the effect on Redis is exactly once):
   failures are retried with backoff and nothing is committed meanwhile (the worker stalls rather than
   drops); bad input never raises out of the loop.
 
-The apply thread decodes, folds and applies fetch N while the event loop fetches N + 1 (one in flight,
-so applies stay in offset order). Why the loop owns its consumer, and its cost: docs/operating.md.
+The apply thread decodes, folds, pairs and serializes fetch N + 1 while Redis applies fetch N and the
+event loop fetches N + 2; applies stay one at a time, in offset order (:meth:`streams.apply.BatchApplier.submit`).
+Why the loop owns its consumer, and its cost: docs/operating.md.
 """
 
 from __future__ import annotations
@@ -68,11 +69,8 @@ def tune_gc() -> None:
 
 
 class ConsumeLoop:
-    """One consumer's loop into one store (guarantees in the module docstring).
-
-    ``dlq`` may be None (``fleetmon rebuild`` re-reads records that were
-    dead-lettered when first seen): rejections are then counted, not sent.
-    """
+    """One consumer's loop into one store (guarantees in the module docstring). ``dlq`` may be None
+    (``fleetmon rebuild`` re-reads records dead-lettered when first seen): rejections are then counted, not sent."""
 
     def __init__(self, settings: WorkerSettings, store: AnyRedisStore, *, dlq: DlqSink | None,
                  consumer: AIOKafkaConsumer | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -166,6 +164,7 @@ class ConsumeLoop:
         finally:
             await self.consumer.stop()
             self._executor.shutdown(wait=True)
+            self.applier.close()
 
     # -- processing ---------------------------------------------------------------
     async def _process(self, fetched: dict[TopicPartition, list[Any]]) -> None:
@@ -185,7 +184,8 @@ class ConsumeLoop:
                 self._mark_committable(tp, records[-1].offset)
         if not parts:
             return
-        await self._finish_inflight()
+        while self._inflight is not None:  # (a rebalance callback may have started one meanwhile)
+            await self._finish_inflight(flush=False)
         if self._lost is not None:  # what we hold was filtered by watermarks the store no longer has
             await self._restore()
             return
@@ -200,29 +200,34 @@ class ConsumeLoop:
         if tp in self.assigned:
             self._to_commit[tp] = max(self._to_commit.get(tp, 0), applied + 1)
 
-    async def _finish_inflight(self) -> None:
-        # The rebalance callback may await the same apply as the loop does;
-        # both record the same result, and only completion clears the slot.
-        future = self._inflight
-        if future is None:
-            return
-        try:
-            marks = await future
-        finally:
-            if self._inflight is future:
-                self._inflight = None
-        if isinstance(marks, LostState):
-            self._lost = self._lost or marks  # run() or _process() restores, between fetches
-            return
-        self._checked_at = time.monotonic()
-        for tp, mark in marks.items():
-            if tp in self.assigned:
-                self.watermarks[tp] = mark
-                self._mark_committable(tp, mark)
+    async def _finish_inflight(self, flush: bool = True) -> None:
+        """Record what the apply thread returned; with ``flush`` also settle the batch it sent last. The rebalance
+        callback may await the same apply as the loop: both record the same result, only completion clears the slot."""
+        while self._inflight is not None or (flush and self.applier.sending):
+            future = self._inflight or self._start_settle()
+            try:
+                marks = await future
+            finally:
+                if self._inflight is future:
+                    self._inflight = None
+            if isinstance(marks, LostState):
+                self._lost = self._lost or marks  # run() or _process() restores, between fetches
+            else:
+                self._checked_at = time.monotonic()
+                for tp, mark in marks.items():
+                    if tp in self.assigned:
+                        self.watermarks[tp] = mark
+                        self._mark_committable(tp, mark)
+            if not flush:
+                return
+
+    def _start_settle(self) -> asyncio.Future:
+        self._inflight = asyncio.get_running_loop().run_in_executor(self._executor, self.applier.settle)
+        return self._inflight
 
     def _handle_blocking(self, parts: list[tuple[TopicPartition, Sequence[Any]]], now: float,
                          expected: dict[str, int]) -> dict[TopicPartition, int] | LostState:
-        """Decode, fold, dead-letter and apply one fetch (runs in the apply thread); returns the watermarks."""
+        """Decode, dead-letter and submit one fetch (runs in the apply thread); returns the watermarks settled."""
         batch = decode_batch([(tp.topic, tp.partition, records) for tp, records in parts], now,
                              max_record_bytes=self.settings.max_record_bytes, native=self.native)
         tps = {part.source: tp for part, (tp, _) in zip(batch.parts, parts)}
@@ -235,12 +240,11 @@ class ConsumeLoop:
                     part = dataclasses.replace(part, rejections=fresh)
                     asyncio.run_coroutine_threadsafe(self._send_dlq(part, now), self._event_loop).result()
                     self._dlq_through[tp] = fresh[-1].offset
-        return self.applier.apply(tps, batch, now, expected)
+        return self.applier.submit(tps, batch, now, expected)
 
     def _apply_blocking(self, tps: dict[str, TopicPartition], batch: Batch,
                         now: float) -> dict[TopicPartition, int] | LostState:
-        """Apply one batch in this thread (:meth:`streams.apply.BatchApplier.apply`), checked against the
-        watermarks this loop holds."""
+        """Apply one batch in this thread (``BatchApplier.apply``), checked against the loop's watermarks."""
         expected = {source: mark for source, tp in tps.items() if (mark := self.watermarks.get(tp)) is not None}
         return self.applier.apply(tps, batch, now, expected)
 
@@ -361,23 +365,25 @@ class ConsumeLoop:
         for tp, end in end_offsets.items():
             if await self.consumer.position(tp) < end:
                 return False
-        return self._inflight is None and self._lost is None
+        return self._inflight is None and self._lost is None and not self.applier.sending
 
     # -- lost state ---------------------------------------------------------------
     async def _restore(self) -> None:
         """Rebuild what the store lost from Kafka (:mod:`streams.restore`); between fetches only."""
+        await self._finish_inflight()
         lost, self._lost = self._lost, None
-        if lost is None:
-            return
-        await self.restorer.restore(lost, self.assigned, self.watermarks, self._to_commit)
-        self.counters.state_restores += 1
-        self._checked_at = time.monotonic()
+        if lost is not None:
+            await self.restorer.restore(lost, self.assigned, self.watermarks, self._to_commit)
+            self.counters.state_restores += 1
+            self._checked_at = time.monotonic()
 
     async def _when_idle(self) -> None:
-        """Nothing fetched: settle the finished apply (its offsets become committable) and, now and then,
-        check that the store still holds our state (every apply checks it too)."""
+        """Nothing fetched: settle the applies (their offsets become committable); now and then check that
+        the store still holds our state (every apply checks it too)."""
         if self._inflight is not None and self._inflight.done():
-            await self._finish_inflight()
+            await self._finish_inflight(flush=False)
+        if self._inflight is None and self.applier.sending:
+            self._start_settle()  # the last batch sent: settled in the apply thread, not waited for here
         if self._inflight is not None or self._lost is not None:
             return
         if time.monotonic() - self._checked_at < IDLE_CHECK_SECONDS:

@@ -202,7 +202,7 @@ class RedisStore:
         ``first``: the refusal ``(source, watermark)`` is returned instead
         (None when applied). ``pending`` as in :meth:`payload`.
         """
-        outcome = self._run_apply(delta, ranges, pending, None, new_generation_id())
+        outcome = self.apply_payload(self.payload(delta, pending), ranges, None, new_generation_id())
         if isinstance(outcome, AlreadyApplied):
             return outcome.source, outcome.watermark
         return None
@@ -211,15 +211,17 @@ class RedisStore:
                        expected: Expected, new_generation: str) -> ApplyOutcome:
         """:meth:`apply_ranges`, refused as :class:`LostState` when Redis does not hold ``expected``
         (checked in the same script, so no apply can slip in between the check and the write)."""
-        return self._run_apply(delta, ranges, pending, expected, new_generation)
+        return self.apply_payload(self.payload(delta, pending), ranges, expected, new_generation)
 
-    def _run_apply(self, delta: BatchDelta, ranges: Sequence[OffsetRange], pending: PendingChanges | None,
-                   expected: Expected | None, new_generation: str) -> ApplyOutcome:
+    def apply_payload(self, payload: str | bytes, ranges: Sequence[OffsetRange], expected: Expected | None,
+                      new_generation: str) -> ApplyOutcome:
+        """:meth:`apply_verified` (unchecked without ``expected``) of a :meth:`payload` built beforehand:
+        the part that waits for Redis (a worker builds the next batch's payload meanwhile, streams/apply.py)."""
         check = "" if expected is None else json.dumps(
             {"generation": expected.generation,
              "watermarks": {source: str(mark) for source, mark in expected.watermarks.items()}})
         args = [json.dumps([[source, str(first), str(last)] for source, first, last in ranges]),
-                self.payload(delta, pending), new_generation, check]
+                payload, new_generation, check]
         try:
             reply = self._apply(keys=[self.keys.offsets(), self.keys.slices(), self.keys.generation()], args=args)
         except redis.RedisError as exc:
