@@ -194,7 +194,7 @@ def folded(fold) -> tuple:
     return groups, fold.slow, fold.parts, fold.identities, fold.halves
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(records, min_size=60, max_size=120), st.integers(2, 4), st.integers(1, 4))
 def test_reading_on_threads_folds_the_same(values, threads, parts):
     """``threads`` > 1 splits the reading, not the grouping: the same groups, positions and halves."""
