@@ -119,8 +119,8 @@ class RedisStore:
         return self.keys.pending(source)
 
     # -- writing ------------------------------------------------------------------
-    def payload(self, delta: BatchDelta, pending: PendingChanges | None = None) -> str:
-        """The JSON the apply script reads: every increment, expiry, zset score and waiting pair half.
+    def payload(self, delta: BatchDelta, pending: PendingChanges | None = None) -> bytes:
+        """The JSON (UTF-8) the apply script reads: every increment, expiry, zset score and waiting pair half.
 
         A window's increment is its packed text (:func:`monitor.store.redis.packed.pack`, merged by
         the script); other hashes' are per field. Values are decimal text (HINCRBY/HINCRBYFLOAT take them as they are;
