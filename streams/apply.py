@@ -9,7 +9,8 @@ Guarantees (the store's contract is :mod:`monitor.store.base`):
   the loop then restores (:mod:`streams.restore`);
 * an apply refused because part of the batch is already applied (a zombie, a rebuild's swap) re-reads
   the watermarks and applies only what lies above them, after reloading from the store the pairers of
-  every partition of the batch (they ran ahead over records the store already holds);
+  every partition of the batch (they ran ahead over records the store already holds) and dropping
+  the values the cardinality guard remembers (a rebuild's swap replaces the admitted values too);
 * infrastructure errors are retried with backoff (the fold too: the cardinality guard may need Redis)
   until the worker stops; a retried apply that did reach Redis before its reply was lost is then
   refused as already applied, so it counts once. A retry decodes the batch afresh: the fold merges
@@ -324,6 +325,9 @@ class BatchApplier:
             # Refused: part of the range is already applied by someone else.
             self.counters.applies_refused += 1
             stale.update(tps)   # all of them: also those of the parts the store holds whole
+            forget = getattr(self.slicer.guard, "forget", None)   # (a guard backed by the store)
+            if forget is not None:   # a rebuild's swap replaces the admitted values too: ask again
+                forget()
             rest = batch.after(stored)
             self.counters.records_already_applied += batch.size - rest.size
             log.info("apply of %s refused (%s at watermark %s); refolding the %d records above the watermarks",
