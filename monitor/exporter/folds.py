@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from monitor.aggregate import FLOAT_FIELDS, Aggregate
 from monitor.store.redis.reads import Steps
-from monitor.store.redis.span_sums import delta, merge_into, stale
+from monitor.store.redis.span_sums import delta, stale
 
 _FLOAT_FIELDS = tuple(sorted(FLOAT_FIELDS))
 
@@ -40,7 +40,7 @@ def merge_fresh(parts: Sequence[Aggregate]) -> Aggregate:
     """The merge of ``parts`` in order, into a new aggregate (what :func:`apply_budget` serves)."""
     out = Aggregate()
     for part in parts:
-        merge_into(out, part)
+        out.merge(part)
     return out
 
 
@@ -111,7 +111,7 @@ def _moved(known: _Row, parts: tuple[Aggregate, ...], span: int, names: tuple[st
                 return None
             for add, part in step[2]:  # + what it gained - what it lost - its current content
                 if add:
-                    merge_into(out, part)
+                    out.merge(part)
             for add, part in step[2]:
                 if not add:
                     out.subtract(part)
@@ -121,13 +121,13 @@ def _moved(known: _Row, parts: tuple[Aggregate, ...], span: int, names: tuple[st
             if now is before:
                 continue
             if before is None:
-                merge_into(out, now)  # joined the row
+                out.merge(now)  # joined the row
                 continue
             step = steps.get((span, sid))
             if step is not None and step[0] is before and step[1] is now:
                 for add, part in step[2]:
                     if add:
-                        merge_into(out, part)
+                        out.merge(part)
                     else:
                         out.subtract(part)
                 continue
@@ -136,7 +136,7 @@ def _moved(known: _Row, parts: tuple[Aggregate, ...], span: int, names: tuple[st
             gained = delta(now, before)
             if gained is None:
                 return None  # something went down (a rebuild): merged afresh
-            merge_into(out, gained)
+            out.merge(gained)
     except ValueError:
         return None
     counts = out.counts

@@ -23,11 +23,10 @@ from monitor.aggregate import LATENCY_PREFIX, Aggregate
 from monitor.sketch import ZERO_KEY, LogSketch
 from monitor.store.redis.wire import CODEC, FLOATS, decode_interned
 
-try:  # the dict arithmetic of native/src/window.rs: Python's own additions, without the bytecode loop
-    from fleetmon_native import add_into as _add_into
+try:  # the dict difference of native/src/window.rs (additions: Aggregate.merge, native itself)
     from fleetmon_native import difference as _difference
 except ImportError:  # pragma: no cover - a tree without `make install`
-    _add_into = _difference = None
+    _difference = None
 try:  # the float re-sum and the count comparison of native/src/window.rs (an extension built before them: Python)
     from fleetmon_native import changed_positions as _changed_positions
     from fleetmon_native import resum_floats as _resum_floats
@@ -45,19 +44,6 @@ _ZERO_FIELD = LATENCY_PREFIX + ZERO_KEY
 def positions(starts: tuple[int, ...]) -> dict[int, int]:
     """``{start: its position}`` of a range (the same few ranges serve every slice of a scrape)."""
     return {start: i for i, start in enumerate(starts)}
-
-
-def merge_into(total: Aggregate, part: Aggregate, native: bool = True) -> Aggregate:
-    """``total.merge(part)`` (in place; returns ``total``): the same additions in the same order, the
-    dict loops native when built (``native=False``: :meth:`Aggregate.merge` itself)."""
-    a, b = total.latency, part.latency
-    if not native or _add_into is None or a.relative_accuracy != b.relative_accuracy or a.min_value != b.min_value:
-        return total.merge(part)  # (a sketch of other parameters: merge raises as it does)
-    _add_into(total.counts, part.counts)
-    _add_into(a.buckets, b.buckets)
-    a.zero_count += b.zero_count
-    a.count += b.count
-    return total
 
 
 def difference(new: Mapping[Any, Any], old: Mapping[Any, Any], native: bool = True) -> dict[Any, Any] | None:
@@ -146,7 +132,7 @@ def added(total: Aggregate, steps: Sequence[Aggregate]) -> tuple[Aggregate, Ops]
     """``total`` moved by ``steps`` in place, under a new object (see :func:`moved_in_place`), and the ops."""
     out = moved_in_place(total)
     for step in steps:
-        merge_into(out, step)
+        out.merge(step)
     return out, tuple((True, step) for step in steps)
 
 

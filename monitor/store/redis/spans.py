@@ -41,7 +41,6 @@ from monitor.store.redis.span_sums import (
     added,
     changed,
     fresh_sums,
-    merge_into,
     moved_in_place,
     positions,
     resum_floats,
@@ -230,7 +229,7 @@ def _moved(total: Aggregate, moves: Iterable[tuple[int, int, int]], gained: Mapp
             if before and after:
                 step = gained.get(start)
                 if step is not None:
-                    merge_into(total, step)
+                    total.merge(step)
                     ops.append((True, step))
                     continue
             if before:
@@ -239,7 +238,7 @@ def _moved(total: Aggregate, moves: Iterable[tuple[int, int, int]], gained: Mapp
                 ops.append((False, part))
             if after:
                 part = windows.content(start, after)
-                merge_into(total, part)
+                total.merge(part)
                 ops.append((True, part))
     except ValueError:
         return None  # the cache does not add up: a rebuild raced it

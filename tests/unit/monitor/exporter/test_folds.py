@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from monitor.aggregate import Aggregate
 from monitor.exporter.folds import RowFolds, merge_fresh
-from monitor.store.redis.span_sums import merge_into, moved_in_place, stale
+from monitor.store.redis.span_sums import moved_in_place, stale
 from tests.support.traces import make_traces
 
 MODELS = ("m1", "m2", "m3")
@@ -105,7 +105,7 @@ def test_members_moved_in_place_are_never_read_stale():
     folds.finish()
     before = members["s4"]
     extra = traffic(77, 6)
-    members["s4"] = merge_into(moved_in_place(before), extra)
+    members["s4"] = moved_in_place(before).merge(extra)
     assert stale(before)
     with pytest.raises(AttributeError):
         before.counts  # noqa: B018 - its content is gone: a stale read fails loudly
@@ -118,14 +118,14 @@ def test_members_moved_in_place_are_never_read_stale():
     same(row, merge_fresh([members[sid] for sid in rest]))
     for member, reported in (("s2", lambda b, now, x: {(0, "s2"): (b, b, ((True, x),))}), ("s3", lambda *_: {})):
         before, extra = members[member], traffic(78, 4)
-        members[member] = merge_into(moved_in_place(before), extra)
+        members[member] = moved_in_place(before).merge(extra)
         folds.start()  # a stale member without a step that leads to its current object: merged afresh
         row = folds.row((0, "other"), rest, members, reported(before, members[member], extra))
         folds.finish()
         assert folds.last == {"reused": 0, "moved": 0, "merged": 1}
         same(row, merge_fresh([members[sid] for sid in rest]))
     before, extra = members["s1"], traffic(79, 4)
-    members["s1"] = merge_into(moved_in_place(before), extra)
+    members["s1"] = moved_in_place(before).merge(extra)
     folds.start()  # and a stale member that left without a step
     row = folds.row((0, "other"), ["s0", "s2", "s3"], members, {})
     folds.finish()

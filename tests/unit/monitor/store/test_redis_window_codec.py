@@ -174,19 +174,29 @@ def test_dict_differences_natively_as_in_python(new, old):
 @settings(max_examples=150, deadline=None)
 @given(DICTS, DICTS, st.dictionaries(st.integers(-50, 50), st.integers(0, 2**66), max_size=6),
        st.dictionaries(st.integers(-50, 50), st.integers(0, 2**66), max_size=6))
-def test_merging_natively_is_aggregate_merge(a, b, buckets_a, buckets_b):
+def test_aggregate_merge_is_the_sum_written_out(a, b, buckets_a, buckets_b):
+    """The sums and the exporter's rows add with ``Aggregate.merge`` (its dict loops native when built)."""
     def agg(counts: dict, buckets: dict) -> Aggregate:
         out = Aggregate(dict(counts))
         out.latency.buckets, out.latency.zero_count = dict(buckets), 2
         out.latency.count = 2 + sum(buckets.values())
         return out
 
-    got = span_sums.merge_into(agg(a, buckets_a), agg(b, buckets_b))
-    same_aggregate(got, agg(a, buckets_a).merge(agg(b, buckets_b)))
+    def added(x: dict, y: dict) -> dict:
+        out = dict(x)
+        for key, value in y.items():
+            out[key] = out.get(key, 0) + value
+        return out
+
+    got = agg(a, buckets_a).merge(agg(b, buckets_b))
+    want = agg(added(a, b), added(buckets_a, buckets_b))
+    want.latency.zero_count, want.latency.count = 4, 4 + sum(buckets_a.values()) + sum(buckets_b.values())
+    same_aggregate(got, want)
+    assert list(got.counts) == list(want.counts) and list(got.latency.buckets) == list(want.latency.buckets)
     other = agg(b, buckets_b)
-    other.latency.relative_accuracy = 0.05  # a sketch of other parameters: refused as merge refuses it
+    other.latency.relative_accuracy = 0.05  # a sketch of other parameters is refused
     with pytest.raises(ValueError, match="different parameters"):
-        span_sums.merge_into(agg(a, buckets_a), other)
+        agg(a, buckets_a).merge(other)
 
 
 def test_native_dict_addition_is_the_python_loop_even_at_its_edges():
