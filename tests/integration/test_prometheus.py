@@ -114,13 +114,23 @@ def port_free(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) != 0
 
 
-def wait_port_free(host: str, port: int, seconds: float = 30.0) -> None:
+def wait_port_free(host: str, port: int, seconds: float = 60.0) -> None:
     deadline = time.monotonic() + seconds
     while not port_free(host, port):
         if time.monotonic() > deadline:
             pytest.fail(f"{host}:{port} is taken by another program; the services' Prometheus scrapes the "
-                        f"exporter there (set FLEETMON_EXPORTER_PORT for both)", pytrace=False)
+                        f"exporter there (set FLEETMON_EXPORTER_PORT for both). Listening there:\n"
+                        f"{listener(port)}", pytrace=False)
         time.sleep(0.5)
+
+
+def listener(port: int) -> str:
+    """What ``ss`` says listens on ``port`` (the process too, when this user may see it)."""
+    try:
+        done = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"(ss failed: {exc})"
+    return done.stdout.strip() or done.stderr.strip() or "(nothing now)"
 
 
 def trace_records(run: str, n: int, now: float, seed: int = 7) -> list[dict[str, Any]]:
