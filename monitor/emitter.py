@@ -44,6 +44,7 @@ from typing import Any
 
 from monitor.config import KafkaConfig
 from monitor.kafka import kafka_python_producer
+from monitor.kafka_auth import check_credentials
 from monitor.schema import Trace, TraceError, to_record, validate
 
 DEFAULT_TOPIC = "fleetmon.traces"
@@ -98,7 +99,11 @@ class TraceEmitter:
     one is built from ``kafka`` (bootstrap and security; default: no security)
     with ``bootstrap`` overriding its servers (default: ``kafka.bootstrap``
     when ``kafka`` is given, else env ``FLEETMON_KAFKA_BOOTSTRAP`` or
-    ``localhost:9092``), and ``producer_config`` overrides last.
+    ``localhost:9092``), and ``producer_config`` overrides last. When SASL is
+    configured, the broker is asked once whether it takes the credentials, and a
+    refusal raises :class:`monitor.kafka_auth.KafkaCredentialsRefused` (a
+    ``ConnectionError``) with the broker's words instead of kafka-python's 30 s
+    bootstrap timeout.
     """
 
     def __init__(self, bootstrap: str | None = None, topic: str = DEFAULT_TOPIC, *,
@@ -115,6 +120,9 @@ class TraceEmitter:
                 kafka = KafkaConfig(bootstrap=os.environ.get("FLEETMON_KAFKA_BOOTSTRAP") or "localhost:9092")
             if bootstrap:
                 kafka = replace(kafka, bootstrap=bootstrap)
+            # kafka-python would retry a refused password for 30 s and then say only that it could
+            # not bootstrap; the broker's own refusal is asked for first (SASL only).
+            check_credentials(kafka)
             options = kafka_python_producer(kafka, client_id="fleetmon-emitter", enable_idempotence=True,
                                             acks="all", linger_ms=5, batch_size=256 * 1024)
             producer = KafkaProducer(**{**options, **producer_config})

@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace, action: Any) -> int:
     except ValueError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from streams.kafka_auth import refused_credentials
+    from monitor.kafka_auth import refused_credentials
 
     refused = refused_credentials(settings.kafka)
     if refused is not None:

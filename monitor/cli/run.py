@@ -48,6 +48,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.kafka is not None:
         from monitor.config import ConfigError, load
         from monitor.emitter import TraceEmitter
+        from monitor.kafka_auth import KafkaCredentialsRefused
 
         try:
             kafka = load(args.config).kafka  # security (SASL/TLS) from --config and FLEETMON_KAFKA_*
@@ -57,7 +58,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         args.kafka = args.kafka or kafka.bootstrap
         args.topic = args.topic or kafka.topic
         n = 0
-        with TraceEmitter(args.kafka, topic=args.topic, kafka=kafka) as emitter:
+        try:
+            emitter = TraceEmitter(args.kafka, topic=args.topic, kafka=kafka)
+        except KafkaCredentialsRefused as exc:
+            print(f"fleetmon simulate: {exc}", file=sys.stderr)
+            return 3
+        with emitter:
             for record in records:
                 if args.realtime:
                     _sleep_until(record["ts"])
@@ -175,6 +181,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fleetmon run: {exc}", file=sys.stderr)
         return 2
+
+    if args.kafka:
+        from monitor.kafka_auth import refused_credentials
+
+        refused = refused_credentials(config.kafka)  # kafka-python would retry a refusal for 30 s, silently
+        if refused is not None:
+            print(f"fleetmon run: Kafka at {config.kafka.bootstrap} refused the credentials: {refused}",
+                  file=sys.stderr)
+            return 3
 
     if args.input and args.input.lower().endswith(".csv"):
         print("fleetmon run: --input takes JSONL traces (one object per line); "

@@ -89,8 +89,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from monitor.emitter import EmitError, TraceEmitter
+    from monitor.kafka_auth import refused_credentials
     from monitor.offline.loaders import InputError
-    from streams.kafka_auth import refused_credentials
     from streams.replay import replay
 
     try:

@@ -29,6 +29,7 @@ from alerts.notifiers import WebhookNotifier
 from monitor.config import Config, load
 from monitor.emitter import TraceEmitter
 from monitor.kafka import kafka_python_admin, kafka_python_consumer, kafka_python_producer
+from monitor.kafka_auth import KafkaCredentialsRefused
 from monitor.redact import secrets_of_url
 from monitor.run.simulate import ReleaseProfile, Scenario, generate
 from monitor.store.redis.store import RedisStore
@@ -36,7 +37,8 @@ from tests.support.paths import ROOT
 from tests.support.secure import delete_prefix, free_port, start_secure_services
 from tests.support.webhook import Receiver
 
-#: replay and dlq ask the broker with aiokafka before building their kafka-python client
+#: replay, dlq, run --kafka, simulate --kafka and the emitter ask the broker with aiokafka before building
+#: their kafka-python client (monitor/kafka_auth.py)
 KAFKA_REFUSED = r"Kafka at 127\.0\.0\.1:\d+ refused the credentials: .*SaslAuthenticationFailed.*invalid credentials"
 WORKER_EXIT_SECONDS = 90      # a wrong password must end the process well within this
 
@@ -231,6 +233,8 @@ def _with_password(secure_config: Path, tmp_path: Path, component: str) -> Path:
     ("stats", "redis", r"redis at rediss://fleetmon:\*\*\*@.* refused the credentials"),
     ("replay", "kafka", KAFKA_REFUSED),
     ("dlq", "kafka", KAFKA_REFUSED),
+    ("run", "kafka", KAFKA_REFUSED),
+    ("simulate", "kafka", KAFKA_REFUSED),
 ])
 def test_a_wrong_password_is_a_clear_error_naming_the_component(
         config: Config, secure_config: Path, secure_topics: Callable[[], str], tmp_path: Path,
@@ -247,6 +251,11 @@ def test_a_wrong_password_is_a_clear_error_naming_the_component(
         args = [command, traces, "--config", bad, "--topic", secure_topics(), "--quiet"]
     elif command == "dlq":
         args = [command, "list", "--config", bad, "--dlq-topic", secure_topics()]
+    elif command == "run":
+        args = [command, "--config", bad, "--kafka", config.kafka.bootstrap, "--headless", "--duration", "60",
+                "--port", str(free_port())]
+    elif command == "simulate":
+        args = [command, "--config", bad, "--kafka", "--topic", secure_topics(), "--sim-duration", "1"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     timeout = WORKER_EXIT_SECONDS
     started = time.monotonic()
@@ -260,6 +269,43 @@ def test_a_wrong_password_is_a_clear_error_naming_the_component(
     for value in [*secrets_of(config), "wrong-kafka-password-0123", "wrong-redis-password-0123"]:
         assert value not in output, f"a secret shows in the {command} output"
     print(f"{command} with a wrong {component} password exited {proc.returncode} after {elapsed:.1f} s")
+
+
+def test_the_emitter_library_names_a_refused_kafka_password(secure_config: Path, tmp_path: Path) -> None:
+    """An agent's TraceEmitter with a wrong password: KafkaCredentialsRefused with the broker's words, not
+    kafka-python's bootstrap timeout; the password is not in the message."""
+    bad = load(_with_password(secure_config, tmp_path, "kafka"), env={})
+    with pytest.raises(KafkaCredentialsRefused, match=KAFKA_REFUSED) as caught:
+        TraceEmitter(topic="secure.never-written", kafka=bad.kafka)
+    assert "wrong-kafka-password-0123" not in str(caught.value)
+
+
+def test_an_exporter_with_a_refused_kafka_password_serves_every_scrape(
+        config: Config, secure_config: Path, secure_prefix: str, tmp_path: Path) -> None:
+    """Consumer lag is read off the scrape path: with Kafka refusing the exporter's password, every scrape
+    is answered within Prometheus's default scrape timeout (10 s: ``scrape``'s own timeout; kafka-python
+    waits 30 s before it gives up), without the lag, and the log names the refusal."""
+    bad = _with_password(secure_config, tmp_path, "kafka")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("FLEETMON_KAFKA_BOOTSTRAP", None)
+    env.pop("FLEETMON_REDIS_URL", None)
+    log_path, port = tmp_path / "exporter.log", free_port()
+    with open(log_path, "wb") as out:
+        exporter = subprocess.Popen(fleetmon("exporter", "--config", bad, "--prefix", secure_prefix, "--port",
+                                             str(port)), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "fleetmon_store_up 1.0" in scrape(port), 60, "the first scrape", log_path)
+        for _ in range(3):  # each answered (scrape() times out at 10 s and returns "")
+            body = scrape(port)
+            assert "fleetmon_store_up 1.0" in body, log_path.read_text(errors="replace")[-3000:]
+            assert "fleetmon_consumer_lag{" not in body
+        wait_for(lambda: re.search(KAFKA_REFUSED, log_path.read_text(errors="replace")) is not None, 60,
+                 "the refusal in the exporter's log", log_path)
+    finally:
+        stop(exporter)
+    logged = log_path.read_text(errors="replace")
+    for value in [*secrets_of(config), "wrong-kafka-password-0123"]:
+        assert value not in logged
 
 
 def test_an_untrusted_redis_certificate_is_a_clear_error(config: Config, tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
+from monitor import kafka_auth
 from monitor.config import KafkaConfig
-from streams import kafka_auth
 
 
 def test_without_sasl_no_connection_is_opened(monkeypatch: pytest.MonkeyPatch) -> None:
