@@ -8,6 +8,7 @@ The services come from ``FLEETMON_SERVICES_SECURE=1 scripts/services.sh start ka
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -278,6 +279,12 @@ def test_the_emitter_library_names_a_refused_kafka_password(secure_config: Path,
     with pytest.raises(KafkaCredentialsRefused, match=KAFKA_REFUSED) as caught:
         TraceEmitter(topic="secure.never-written", kafka=bad.kafka)
     assert "wrong-kafka-password-0123" not in str(caught.value)
+
+    async def in_an_agents_event_loop() -> None:  # the check runs its own loop on a thread there
+        TraceEmitter(topic="secure.never-written", kafka=bad.kafka)
+
+    with pytest.raises(KafkaCredentialsRefused, match=KAFKA_REFUSED):
+        asyncio.run(in_an_agents_event_loop())
 
 
 def test_an_exporter_with_a_refused_kafka_password_serves_every_scrape(
