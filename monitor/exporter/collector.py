@@ -36,7 +36,7 @@ from monitor.exporter.exposition import (
     sample_line,
     start_server,
 )
-from monitor.exporter.figures import histogram_counts, window_figures
+from monitor.exporter.figures import cost_usd, histogram_counts, window_figures
 from monitor.exporter.folds import RowFolds
 from monitor.exporter.heap import collection_paused
 from monitor.exporter.labels import SliceLabeller, grouping_folded
@@ -252,7 +252,7 @@ class FleetCollector:
             kept[sid] = entry
             for family, block in zip(cached_families, entry.blocks):
                 family.add_block(block)
-            cost.add_block(sample_line(table.COST.sample_name, lv.text(), agg.cost_usd(self.prices, now)))
+            cost.add_block(sample_line(table.COST.sample_name, lv.text(), cost_usd(agg, self.prices, now)))
         self._total_blocks = kept
         return [traces, *simple, tokens, cost, latency]
 

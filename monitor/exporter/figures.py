@@ -14,11 +14,17 @@ from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
-from monitor.aggregate import Aggregate, cost_per_solved
+from monitor.aggregate import TOKEN_KINDS, Aggregate, cost_per_solved
 from monitor.exporter.families import QUANTILES
 from monitor.exporter.rates import rate_figures
 from monitor.pricing import PriceMap
 from monitor.sketch import LogSketch
+
+try:  # the running bucket counts of native/src/window.rs (an extension built before them: Python)
+    from fleetmon_native import bucket_at_ranks as _bucket_at_ranks
+    from fleetmon_native import counts_up_to as _counts_up_to
+except ImportError:  # pragma: no cover - a tree without `make install`
+    _bucket_at_ranks = _counts_up_to = None
 
 
 def window_figures(agg: Aggregate, prices: PriceMap, at: float | None) -> list[float | None]:
@@ -33,7 +39,7 @@ def window_figures(agg: Aggregate, prices: PriceMap, at: float | None) -> list[f
     n = agg.traces
     successes = agg.successes
     success = rate_figures(successes, n)
-    per_solved = cost_per_solved(agg.cost_usd(prices, at), successes)
+    per_solved = cost_per_solved(cost_usd(agg, prices, at), successes)
     benign = int(agg.get("benign"))
     side_effect = rate_figures(int(agg.get("side_effect_traces")), n)
     injection = rate_figures(int(agg.get("prompt_injection")), n)
@@ -46,6 +52,44 @@ def window_figures(agg: Aggregate, prices: PriceMap, at: float | None) -> list[f
 
 _QUANTILE_LEVELS = tuple(q for _key, q in QUANTILES)
 
+#: Field name -> (its position in TOKEN_KINDS, its model) for a model's token field, None for any other.
+_TOKEN_FIELDS: dict[str, tuple[int, str] | None] = {}
+_TOKEN_FIELDS_CACHED = 4096
+_TOKEN_PREFIXES = tuple(kind + ":" for kind in TOKEN_KINDS)
+
+
+def _token_field(key: str) -> tuple[int, str] | None:
+    token = None
+    if key.startswith(_TOKEN_PREFIXES):
+        kind, model = key.split(":", 1)
+        token = (TOKEN_KINDS.index(kind), model)
+    if len(_TOKEN_FIELDS) < _TOKEN_FIELDS_CACHED:
+        _TOKEN_FIELDS[key] = token
+    return token
+
+
+def cost_usd(agg: Aggregate, prices: PriceMap, at: float | None) -> float:
+    """:meth:`Aggregate.cost_usd <monitor.aggregate.Aggregate.cost_usd>`: the same additions in the same
+    order (each model's token kinds added from 0 in field order, the models priced in the order their
+    first field comes, added to the fees), without parsing every field name again."""
+    counts = agg.counts
+    models: dict[str, list[Any]] = {}
+    fields = _TOKEN_FIELDS
+    for key, value in counts.items():
+        token = fields[key] if key in fields else _token_field(key)
+        if token is not None:
+            tokens = models.get(token[1])
+            if tokens is None:
+                tokens = models[token[1]] = [0, 0, 0]
+            tokens[token[0]] += value
+    total = counts.get("fees_usd", 0.0)
+    for model, (tokens_in, tokens_cached_in, tokens_out) in models.items():
+        total += prices.price_for(model, at).cost_usd(tokens_in, tokens_cached_in, tokens_out)
+    return total
+
+
+_I64 = 1 << 63  # ranks below it are handed to the native bisection
+
 
 def _cumulative(sketch: Any) -> tuple[list[int], list[int]]:
     """The sketch's bucket indices in order, and the running count of its buckets up to each."""
@@ -54,32 +98,45 @@ def _cumulative(sketch: Any) -> tuple[list[int], list[int]]:
     return keys, list(accumulate(map(buckets.__getitem__, keys)))
 
 
-def sketch_quantiles(sketch: Any, qs: Sequence[float]) -> list[float]:
+def sketch_quantiles(sketch: Any, qs: Sequence[float], native: bool = True) -> list[float]:
     """``sketch.quantiles(qs)`` (:meth:`~monitor.sketch.LogSketch.quantiles`), by bisection of the running counts.
 
     The same lower quantiles, bucket for bucket (a test compares them): rank
     ``floor(q (n - 1))``, 0.0 below the zero count, else the representative of the
-    first bucket whose running count passes the rank.
+    first bucket whose running count passes the rank. The buckets are sorted and
+    bisected natively when the extension is built (``native=False``: in Python; the
+    native reader hands anything but int indices and counts >= 0 within i64 back).
     """
     count, zero = sketch.count, sketch.zero_count
     if count == 0:
         return [math.nan] * len(qs)
-    keys, running = _cumulative(sketch)
-    out = []
+    ranks = []
     for q in qs:
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"q must be in [0, 1], got {q!r}")
-        rank = math.floor(q * (count - 1))
+        ranks.append(math.floor(q * (count - 1)))
+    above = [rank - zero for rank in ranks if rank >= zero]
+    found = None
+    if above and native and _bucket_at_ranks is not None and sketch.buckets and count < _I64:
+        found = _bucket_at_ranks(sketch.buckets, above)
+    if found is None and above:
+        keys, running = _cumulative(sketch)
+        if keys:
+            last = len(keys) - 1
+            found = [keys[min(bisect.bisect_right(running, rank), last)] for rank in above]
+    at = iter(found or ())
+    out = []
+    for rank in ranks:
         if rank < zero:
             out.append(0.0)
-        elif not keys:
+        elif found is None:
             out.append(math.nan)  # counts that do not add up; the sketch's own loop would fail here
         else:
-            out.append(sketch.value_of(keys[min(bisect.bisect_right(running, rank - zero), len(keys) - 1)]))
+            out.append(sketch.value_of(next(at)))
     return out
 
 
-def histogram_counts(sketch: Any, bounds: Sequence[float]) -> list[int]:
+def histogram_counts(sketch: Any, bounds: Sequence[float], native: bool = True) -> list[int]:
     """Cumulative counts per upper bound: ``sketch.count_below(b)`` for each ``b``.
 
     Same definition as :meth:`~monitor.sketch.LogSketch.count_below` (a value
@@ -87,16 +144,21 @@ def histogram_counts(sketch: Any, bounds: Sequence[float]) -> list[int]:
     count is exact up to the sketch's relative accuracy around ``b``), by
     bisection: representatives grow with the bucket index, so each bound is a
     largest index (found once per sketch layout and bounds) and its count is the
-    running count of the buckets up to that index.
+    running count of the buckets up to that index (natively when the extension is built, as
+    :func:`sketch_quantiles`).
     """
     limits = _index_limits(sketch.relative_accuracy, sketch.min_value, tuple(bounds))
-    keys, running = _cumulative(sketch)
     zero = sketch.zero_count
-    result = []
-    for bound, limit in zip(bounds, limits):
-        below = bisect.bisect_right(keys, limit)
-        result.append(zero + (running[below - 1] if below else 0) if bound >= 0.0 else 0)
-    return result
+    up_to = None
+    if native and _counts_up_to is not None:
+        up_to = _counts_up_to(sketch.buckets, limits)
+    if up_to is None:
+        keys, running = _cumulative(sketch)
+        up_to = []
+        for limit in limits:
+            below = bisect.bisect_right(keys, limit)
+            up_to.append(running[below - 1] if below else 0)
+    return [zero + n if bound >= 0.0 else 0 for bound, n in zip(bounds, up_to)]
 
 
 _INDEX_LIMITS: dict[tuple[float, float, tuple[float, ...]], list[float]] = {}

@@ -708,11 +708,58 @@ fn parse_counts(py: Python<'_>, raw: &[u8], out: PyBuffer<i64>) -> PyResult<Opti
 }
 
 /// Adds the codec and the dict arithmetic to the module (one line in `lib.rs`).
+/// A sketch's buckets `{index: count}` as `(index, running count)` in index order, the running
+/// count the sum of the counts up to that index: what `monitor.exporter.figures` bisects. None
+/// (Python decides) when an index or a count is not an int within i64, a count is below 0 (the
+/// running counts would not rise), an index is past 2^53 (compared with float limits) or the
+/// running count passes i64.
+fn running_counts(buckets: &Bound<'_, PyDict>) -> Option<Vec<(i64, i64)>> {
+    let mut pairs: Vec<(i64, i64)> = Vec::with_capacity(buckets.len());
+    for (key, value) in buckets.iter() {
+        let (Ok(index), Ok(count)) = (key.extract::<i64>(), value.extract::<i64>()) else { return None };
+        if count < 0 || index.unsigned_abs() > (1u64 << 53) {
+            return None;
+        }
+        pairs.push((index, count));
+    }
+    pairs.sort_unstable_by_key(|p| p.0); // a dict's keys are distinct
+    let mut total = 0i64;
+    for pair in &mut pairs {
+        total = total.checked_add(pair.1)?;
+        pair.1 = total;
+    }
+    Some(pairs)
+}
+
+/// Per limit, the total count of the buckets whose index is `<= limit` (a float: an index, or
+/// ±inf): `running[bisect_right(keys, limit) - 1]`, 0 when none, as `figures.histogram_counts`
+/// reads it. None: see [`running_counts`].
+#[pyfunction]
+fn counts_up_to(buckets: &Bound<'_, PyDict>, limits: Vec<f64>) -> Option<Vec<i64>> {
+    let running = running_counts(buckets)?;
+    Some(limits.iter().map(|&limit| {
+        let below = running.partition_point(|p| (p.0 as f64) <= limit);
+        if below == 0 { 0 } else { running[below - 1].1 }
+    }).collect())
+}
+
+/// Per rank (`>= 0`), the index of the bucket it falls in: `keys[min(bisect_right(running, rank),
+/// len - 1)]`, as `figures.sketch_quantiles` reads it. None when there is no bucket, or see
+/// [`running_counts`].
+#[pyfunction]
+fn bucket_at_ranks(buckets: &Bound<'_, PyDict>, ranks: Vec<i64>) -> Option<Vec<i64>> {
+    let running = running_counts(buckets)?;
+    let last = running.len().checked_sub(1)?;
+    Some(ranks.iter().map(|&rank| running[running.partition_point(|p| p.1 <= rank).min(last)].0).collect())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<WindowCodec>()?;
     m.add_function(wrap_pyfunction!(add_into, m)?)?;
     m.add_function(wrap_pyfunction!(difference, m)?)?;
     m.add_function(wrap_pyfunction!(resum_floats, m)?)?;
     m.add_function(wrap_pyfunction!(changed_positions, m)?)?;
-    m.add_function(wrap_pyfunction!(parse_counts, m)?)
+    m.add_function(wrap_pyfunction!(parse_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(counts_up_to, m)?)?;
+    m.add_function(wrap_pyfunction!(bucket_at_ranks, m)?)
 }

@@ -8,7 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.aggregate import Aggregate
+from monitor.exporter import figures
 from monitor.exporter.figures import histogram_counts, sketch_quantiles
+from monitor.pricing import PriceMap
 from monitor.sketch import LogSketch
 
 values = st.lists(st.one_of(st.just(0.0), st.floats(0.0, 1e-5), st.floats(1e-6, 1e5)), max_size=300)
@@ -45,3 +48,70 @@ def test_a_level_outside_zero_one_is_refused():
     sketch.add(1.0)
     with pytest.raises(ValueError, match=r"q must be in \[0, 1\], got 1.5"):
         sketch_quantiles(sketch, [1.5])
+
+
+bucket_dicts = st.dictionaries(st.integers(-300, 300), st.integers(0, 10**6), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(buckets=bucket_dicts, zero=st.integers(0, 50), qs=levels,
+       bounds=st.lists(st.one_of(st.sampled_from([-1.0, 0.0, math.inf]), st.floats(1e-7, 1e6)), max_size=12))
+def test_the_native_bisection_is_the_python_one(buckets, zero, qs, bounds):
+    """The running counts sorted and bisected natively equal the Python lists' (any order, gaps, zeros)."""
+    assert figures._bucket_at_ranks is not None and figures._counts_up_to is not None
+    sketch = LogSketch()
+    sketch.buckets, sketch.zero_count = buckets, zero
+    sketch.count = zero + sum(buckets.values())
+    assert sketch_quantiles(sketch, qs) == sketch_quantiles(sketch, qs, native=False) or sketch.count == 0
+    assert histogram_counts(sketch, bounds) == histogram_counts(sketch, bounds, native=False)
+
+
+def test_the_native_bisection_hands_back_what_it_cannot_read():
+    """Negative counts, non-int indices or counts and sums past 64 bits are left to Python (None)."""
+    assert figures._counts_up_to({3: 2, 1: 5}, [0.0, 1.0, 2.5, math.inf]) == [0, 5, 5, 7]
+    assert figures._bucket_at_ranks({3: 2, 1: 5}, [0, 4, 5, 6, 99]) == [1, 1, 3, 3, 3]
+    for odd in ({1: -1}, {1.5: 2}, {1: 2.0}, {1: 2**63}, {1: 2**62, 2: 2**62}, {2**60: 1}):
+        assert figures._counts_up_to(odd, [math.inf]) is None
+        assert figures._bucket_at_ranks(odd, [0]) is None
+    assert figures._bucket_at_ranks({}, [0]) is None
+    sketch = LogSketch()
+    sketch.buckets, sketch.count = {5: -1, 7: 3}, 2  # not a sketch the store writes: the Python loop decides
+    assert sketch_quantiles(sketch, [0.0, 1.0]) == sketch_quantiles(sketch, [0.0, 1.0], native=False)
+
+
+PRICES = PriceMap.from_toml("""
+[[price]]
+model = "*"
+effective_from = 2025-01-01
+input = 3.0
+output = 15.0
+cached_input = 0.30
+
+[[price]]
+model = "m:b"
+effective_from = 2025-01-01
+input = 0.7
+output = 2.9
+cached_input = 0.07
+
+[[price]]
+model = "m:b"
+effective_from = 2026-01-01
+input = 1.1
+output = 4.4
+cached_input = 0.11
+""")
+token_field = st.tuples(st.sampled_from(["tokens_in:", "tokens_cached_in:", "tokens_out:", "tokens_solved:", "x"]),
+                        st.sampled_from(["a", "m:b", "", "c", "d", "e"])).map("".join)
+token_value = st.one_of(st.integers(0, 10**9), st.floats(0.0, 1e9, allow_nan=False))
+
+
+@settings(max_examples=400, deadline=None)
+@given(fields=st.dictionaries(st.one_of(token_field, st.sampled_from(["traces", "fees_usd"])), token_value,
+                              max_size=20),
+       at=st.one_of(st.none(), st.sampled_from([1.7e9, 1.8e9])))
+def test_the_cost_is_the_aggregates_own_to_the_bit(fields, at):
+    """Several models (their order decides the float additions), fees, float tokens, odd model names."""
+    agg = Aggregate(dict(fields))
+    got, want = figures.cost_usd(agg, PRICES, at), agg.cost_usd(PRICES, at)
+    assert got == want and type(got) is type(want), (got, want)

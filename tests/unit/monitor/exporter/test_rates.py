@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from monitor.exporter.rates import SMALL_N, clopper_pearson, rate_figures
-from monitor.stats.intervals import clopper_pearson_interval, estimate_rate
+from monitor.exporter.rates import SMALL_N, clopper_pearson, rate_figures, wilson
+from monitor.stats.intervals import clopper_pearson_interval, estimate_rate, wilson_interval
 
 REL = 1e-12
 
@@ -77,3 +77,15 @@ print(sorted(m for m in ("scipy", "numpy", "alerts") if m in sys.modules))
                           cwd=Path(__file__).resolve().parents[4])
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_wilson_bounds_are_monitor_stats_own_to_the_bit(seed):
+    rng = random.Random(seed)
+    for _ in range(2000):
+        n = rng.choice((rng.randint(1, 100), rng.randint(30, 10**5), 10 ** rng.randint(1, 12)))
+        k = rng.choice((0, n, rng.randint(0, n), min(n, rng.randint(0, 5))))
+        confidence = rng.choice((0.95, 0.9, 0.99, rng.uniform(0.01, 0.999)))
+        assert wilson(k, n, confidence) == wilson_interval(k, n, confidence), (k, n, confidence)
+    with pytest.raises(ValueError, match=r"confidence must be a number in \(0, 1\), got 1.5"):
+        wilson(3, 40, 1.5)
