@@ -11,6 +11,7 @@ folded into ``__other__`` rows, which the long-lived exporter moves by its membe
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 
@@ -18,13 +19,16 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from monitor.aggregate import Aggregate
+from monitor.delta import BatchDelta
 from monitor.exporter.collector import build_registry
 from monitor.exporter.exposition import render
 from monitor.fold import fold
 from monitor.pricing import PriceMap
-from monitor.slices import Slicer
+from monitor.slices import Slicer, slice_id
 from monitor.store.redis import reads as exporter_reads
 from monitor.store.redis.store import RedisStore
+from monitor.windows import MINUTE
 from tests.support.traces import make_traces
 
 PRICES = PriceMap.load()
@@ -102,5 +106,39 @@ def test_folded_rows_move_by_their_members_changes(redis_client: redis.Redis):
             assert collector.folded_slices > 0
             moved += collector._folds.last["moved"]
         assert moved > 0
+    finally:
+        store.clear()
+
+
+def test_a_sum_whose_models_came_in_another_order_costs_as_a_fresh_one(redis_client: redis.Redis):
+    """Three models, the oldest window of the hour holding one that a newer window holds too: once that
+    window slides out, the long-lived reader's hour sum keeps the model where it first came and a fresh
+    sum lists it where its newest window has it. The cost (a sum over the models) must not depend on
+    that order: the bodies are equal byte for byte (a left fold in counter order differed in the last
+    digit for some of these slices)."""
+    store = RedisStore(redis_client, prefix=f"fleetmon-inc-{uuid.uuid4().hex[:8]}")
+    start = float(MINUTE.start(time.time()))
+    clock = {"now": start + 1}
+    now = lambda: clock["now"]  # noqa: E731 - the exporters' injected clock
+    registry, _collector = build_registry(store, PRICES, now=now)
+    try:
+        delta = BatchDelta()
+        for seed in range(20):
+            sid = slice_id((("release", "r1"), ("arm", f"arm-{seed}")))
+            total = Aggregate()
+            for back, models in ((3600, ("m-a", "m-a")), (1800, ("m-b", "m-b")), (600, ("m-c", "m-a", "m-c"))):
+                traces = make_traces(len(models), seed=100 * seed + back, now=start - back, spread_seconds=1)
+                window = Aggregate.of(dataclasses.replace(t, ts=start - back, model_id=m)
+                                      for t, m in zip(traces, models))
+                delta.windows[(MINUTE.name, int(start) - back, sid)] = window
+                delta.expire_at[(MINUTE.name, int(start) - back)] = MINUTE.expire_at(int(start) - back)
+                total.merge(window)
+            delta.totals[sid] = total
+            delta.last_seen[sid] = start
+        store.apply(delta)
+        body(registry)  # the sums read cold, the oldest window in the hour
+        clock["now"] += 60  # it slides out: the long-lived sums take it out, the fresh ones never saw it
+        fresh_registry, _fresh = build_registry(store, PRICES, now=now)
+        assert body(registry) == body(fresh_registry)
     finally:
         store.clear()
