@@ -12,9 +12,9 @@ merged afresh.
 
 Guarantee: every row equals a fresh merge of its members field for field and in field order
 (integer counts and sketch buckets are added exactly; the float fields are summed again over the
-members in member order, the same additions as a fresh merge; the counters' order, which decides
-the order a cost is summed over models, is the fresh merge's). Memory: one aggregate and the
-member references per folded row served.
+members in member order, the same additions as a fresh merge; the counters' order is the fresh
+merge's, though the exporter's figures no longer depend on it: monitor.exporter.figures.cost_usd).
+Memory: one aggregate and the member references per folded row served.
 """
 
 from __future__ import annotations
