@@ -24,9 +24,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import lru_cache
-from statistics import NormalDist
 
-_STANDARD_NORMAL = NormalDist()
+from monitor.stats.intervals import two_sided_critical_value, wilson_bounds
 
 #: Below this many trials (or at a count of 0 or n) the exact interval is used (rate_interval's small_n).
 SMALL_N = 30
@@ -48,26 +47,12 @@ def rate_figures(successes: int, n: int, confidence: float = 0.95) -> tuple[floa
     return successes / n, low, high
 
 
-@lru_cache(maxsize=16)
-def _critical_value(confidence: float) -> float:
-    """The two-sided normal critical value :func:`wilson_interval` computes (once per confidence here)."""
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
-    return _STANDARD_NORMAL.inv_cdf(0.5 + confidence / 2.0)
-
-
 def wilson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """:func:`monitor.stats.intervals.wilson_interval` for ``0 <= successes <= n``, ``n >= 1`` (checked by the
-    caller): the same arithmetic in the same order, the critical value cached per confidence."""
-    z = _critical_value(confidence)
-    z2 = z * z
-    rate = successes / n
-    denom = 1.0 + z2 / n
-    center = (rate + z2 / (2.0 * n)) / denom
-    half_width = z * math.sqrt(rate * (1.0 - rate) / n + z2 / (4.0 * n * n)) / denom
-    low = 0.0 if successes == 0 else max(0.0, center - half_width)
-    high = 1.0 if successes == n else min(1.0, center + half_width)
-    return low, high
+    caller): its own arithmetic (``wilson_bounds``), the critical value cached per confidence."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
+    return wilson_bounds(successes, n, two_sided_critical_value(confidence))
 
 
 def clopper_pearson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:

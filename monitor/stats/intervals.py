@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 
 # scipy is imported inside clopper_pearson_interval only: importing scipy.special
@@ -113,7 +114,18 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     confidence = _require_probability("confidence", confidence)
     if n == 0:
         return EMPTY_INTERVAL
-    z = _STANDARD_NORMAL.inv_cdf(0.5 + confidence / 2.0)  # two-sided critical value (AS241, ~1e-16)
+    return wilson_bounds(successes, n, two_sided_critical_value(confidence))
+
+
+@lru_cache(maxsize=32)
+def two_sided_critical_value(confidence: float) -> float:
+    """The standard normal quantile at ``0.5 + confidence / 2`` (AS241, ~1e-16); ``0 < confidence < 1``."""
+    return _STANDARD_NORMAL.inv_cdf(0.5 + confidence / 2.0)
+
+
+def wilson_bounds(successes: int, n: int, z: float) -> tuple[float, float]:
+    """:func:`wilson_interval`'s arithmetic, unchecked: ``0 <= successes <= n``, ``n >= 1`` and the
+    critical value ``z`` are the caller's (the exporter's hot path checks once, not per window)."""
     z2 = z * z
     rate = successes / n
     denom = 1.0 + z2 / n
