@@ -208,11 +208,17 @@ class Aggregate:
         return sum(v for k, v in self.counts.items() if k.startswith(prefix))
 
     def cost_usd(self, prices: PriceMap, at: float | None) -> float:
-        """Token cost priced with the entries in force at ``at``, plus fees."""
-        total = self.counts.get("fees_usd", 0.0)
-        for model, t in self.tokens_by_model().items():
-            total += prices.price_for(model, at).cost_usd(t["tokens_in"], t["tokens_cached_in"], t["tokens_out"])
-        return total
+        """Token cost priced with the entries in force at ``at``, plus fees.
+
+        The models' costs and the fees are added exactly rounded (``math.fsum``), so the figure
+        does not depend on the order of the counters: two equal aggregates built in different
+        orders (a sum moved window by window, a fresh sum) list their models in different orders,
+        and a left-to-right sum of three terms or more could differ in the last digit.
+        """
+        fees = self.counts.get("fees_usd", 0.0)
+        return math.fsum([fees, *(prices.price_for(model, at).cost_usd(t["tokens_in"], t["tokens_cached_in"],
+                                                                       t["tokens_out"])
+                                  for model, t in self.tokens_by_model().items())])
 
 
 def cost_per_solved(cost_usd: float, successes: int) -> float:

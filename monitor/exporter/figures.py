@@ -1,8 +1,7 @@
 """What the exporter's per-slice samples are worth, computed from aggregates (pure arithmetic).
 
 :func:`window_figures` values the :data:`~monitor.exporter.families.HEALTH_GAUGES` of one
-(slice, window) as :func:`monitor.aggregate.health` would (the cost whatever the counters' order:
-:func:`cost_usd`); :func:`histogram_counts` gives the cumulative bucket counts of the latency
+(slice, window) as :func:`monitor.aggregate.health` would; :func:`histogram_counts` gives the cumulative bucket counts of the latency
 histogram from a slice's sketch. Both run for every changed slice on every scrape, so they skip
 what no family exports.
 """
@@ -34,7 +33,7 @@ def window_figures(agg: Aggregate, prices: PriceMap, at: float | None) -> list[f
     The figures :func:`monitor.aggregate.health` gives (same functions, same
     arithmetic, but for the exact rate intervals: :mod:`monitor.exporter.rates`,
     equal to scipy's to a relative 1e-12, and the cost: :func:`cost_usd`, the same
-    figure in any counter order; tests compare them), without the
+    figure faster; tests compare them), without the
     parts of the health vector no gauge exports (the harmful-action and
     over-refusal intervals, the latency mean, the tool error rate). ``n`` must be > 0.
     """
@@ -71,16 +70,12 @@ def _token_field(key: str) -> tuple[int, str] | None:
 
 
 def cost_usd(agg: Aggregate, prices: PriceMap, at: float | None) -> float:
-    """:meth:`Aggregate.cost_usd <monitor.aggregate.Aggregate.cost_usd>` whatever the order of the counters.
+    """:meth:`Aggregate.cost_usd <monitor.aggregate.Aggregate.cost_usd>`, to the bit, each name parsed once.
 
-    Each model's tokens are summed and priced as there (each name parsed once here); the models'
-    costs and the fees are then added exactly rounded (``math.fsum``) instead of left to right in
-    counter order. The counters of two equal aggregates need not be in the same order (a span sum
-    moved by its windows keeps a model where it first came; a fresh sum puts it where its first
-    remaining window has it), and with three models or more, or fees and two, a left fold in that
-    order can differ in the last digit: the exporter serves the same figure for both. Equal to
-    ``Aggregate.cost_usd`` with one model, or two without fees; else within its rounding (a relative
-    ~1e-16 a model). Without tokens, the fees as they are (0.0 without).
+    Each model's tokens are summed in counter order as there; the models' costs and the fees are
+    added exactly rounded (``math.fsum``) as there, so the figure does not depend on the order of the
+    counters (a span sum moved by its windows keeps a model where it first came; a fresh sum puts it
+    where its first remaining window has it): a long-lived exporter serves a fresh one's figure.
     """
     counts = agg.counts
     models: dict[str, list[Any]] = {}
@@ -93,8 +88,6 @@ def cost_usd(agg: Aggregate, prices: PriceMap, at: float | None) -> float:
                 tokens = models[token[1]] = [0, 0, 0]
             tokens[token[0]] += value
     fees = counts.get("fees_usd", 0.0)
-    if not models:
-        return fees
     return math.fsum([fees, *(prices.price_for(model, at).cost_usd(tokens_in, tokens_cached_in, tokens_out)
                               for model, (tokens_in, tokens_cached_in, tokens_out) in models.items())])
 
