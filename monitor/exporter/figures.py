@@ -1,9 +1,9 @@
 """What the exporter's per-slice samples are worth, computed from aggregates (pure arithmetic).
 
 :func:`window_figures` values the :data:`~monitor.exporter.families.HEALTH_GAUGES` of one
-(slice, window) as :func:`monitor.aggregate.health` would; :func:`histogram_counts` gives the cumulative bucket counts of the latency
-histogram from a slice's sketch. Both run for every changed slice on every scrape, so they skip
-what no family exports.
+(slice, window) as :func:`monitor.aggregate.health` would; :func:`histogram_counts` gives the
+cumulative bucket counts of the latency histogram from a slice's sketch. Both run for every
+changed slice on every scrape, so they skip what no family exports.
 """
 
 from __future__ import annotations
