@@ -16,12 +16,19 @@ of their union (:meth:`BatchDelta.merge`):
   waiting for their twin.
 
 The delta knows neither how traces are folded nor how pairs are joined.
+
+A fold may leave its windows and totals *held* (:class:`HeldSums`, the
+native fold's: :meth:`BatchDelta.hold`) rather than as :class:`Aggregate`
+objects: reading :attr:`BatchDelta.windows` or :attr:`BatchDelta.totals`
+then makes them (the same values, in the same order), and a store that can
+read them held (:attr:`BatchDelta.held_windows`) skips that.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from monitor.aggregate import Aggregate
 
@@ -29,12 +36,28 @@ from monitor.aggregate import Aggregate
 WindowKey = tuple[str, int, str]
 
 
+class HeldSums(Protocol):
+    """A fold's windows and totals held outside Python objects: ``window_keys`` and ``total_keys`` (slice
+    ids) name them in order, and :meth:`windows` and :meth:`totals` make their aggregates, in that order."""
+
+    @property
+    def window_keys(self) -> Sequence[WindowKey]: ...
+    @property
+    def total_keys(self) -> Sequence[str]: ...
+    def windows(self) -> list[Aggregate]: ...
+    def totals(self) -> list[Aggregate]: ...
+
+
 @dataclass
 class BatchDelta:
     """Everything one batch changes; see the module docstring. An empty delta changes nothing."""
 
-    windows: dict[WindowKey, Aggregate] = field(default_factory=dict)
-    totals: dict[str, Aggregate] = field(default_factory=dict)           # slice id -> cumulative aggregate
+    _windows: dict[WindowKey, Aggregate] = field(default_factory=dict, init=False, repr=False)
+    _totals: dict[str, Aggregate] = field(default_factory=dict, init=False, repr=False)   # slice id -> cumulative
+    #: windows and totals held (:meth:`hold`), until :attr:`windows` / :attr:`totals` makes them
+    _held: HeldSums | None = field(default=None, init=False, repr=False, compare=False)
+    _held_windows: bool = field(default=False, init=False, repr=False, compare=False)
+    _held_totals: bool = field(default=False, init=False, repr=False, compare=False)
     counters: dict[str, int] = field(default_factory=dict)
     last_seen: dict[str, float] = field(default_factory=dict)            # slice id -> latest event time
     expire_at: dict[tuple[str, int], int] = field(default_factory=dict)  # (resolution, start) -> epoch seconds
@@ -45,6 +68,35 @@ class BatchDelta:
     pending_del: set[str] = field(default_factory=set)
     #: release -> encoded version tuple -> latest event time (written by :func:`monitor.identity.place`).
     identities: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def windows(self) -> dict[WindowKey, Aggregate]:
+        """Per-(resolution, window start, slice id) aggregates (made now if they were held)."""
+        if self._held_windows:
+            assert self._held is not None
+            self._windows.update(zip(self._held.window_keys, self._held.windows(), strict=True))
+            self._held_windows = False
+        return self._windows
+
+    @property
+    def totals(self) -> dict[str, Aggregate]:
+        """Slice id -> cumulative aggregate (made now if they were held)."""
+        if self._held_totals:
+            assert self._held is not None
+            self._totals.update(zip(self._held.total_keys, self._held.totals(), strict=True))
+            self._held_totals = False
+        return self._totals
+
+    @property
+    def held_windows(self) -> HeldSums | None:
+        """The held sums while their windows are still held (:attr:`windows` not read since), else None."""
+        return self._held if self._held_windows else None
+
+    def hold(self, held: HeldSums) -> None:
+        """Take ``held`` as this delta's windows and totals (it must have none yet)."""
+        if self._windows or self._totals or self._held_windows or self._held_totals:
+            raise ValueError("hold needs a delta without windows or totals (held sums are not merged)")
+        self._held, self._held_windows, self._held_totals = held, True, True
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -88,5 +140,8 @@ class BatchDelta:
 
     @property
     def empty(self) -> bool:
-        return not (self.windows or self.totals or self.counters or self.paired_evidence
+        held = self._held
+        held_any = held is not None and ((self._held_windows and len(held.window_keys) > 0)
+                                         or (self._held_totals and len(held.total_keys) > 0))
+        return not (held_any or self._windows or self._totals or self.counters or self.paired_evidence
                     or self.pending_set or self.pending_del or self.identities)

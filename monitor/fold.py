@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from monitor import groupings, identity
 from monitor.aggregate import Aggregate
-from monitor.delta import BatchDelta
+from monitor.delta import BatchDelta, WindowKey
 from monitor.schema import Trace
 from monitor.slices import OTHER, UNKNOWN, SliceKey, Slicer, slice_id
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
@@ -37,6 +37,76 @@ class Group:
     aggregate: Aggregate
     latest: float          # latest event time
     first: int             # position of the first trace (offset or index): the order groups are placed in
+
+    @property
+    def traces(self) -> int:
+        return self.aggregate.traces
+
+
+class Placeable(Protocol):
+    """What :func:`place_groups` reads of a group: :class:`Group`, or a group whose sums are held
+    elsewhere (the native fold's, :class:`streams.native.HeldGroup`)."""
+
+    @property
+    def traces(self) -> int: ...
+    @property
+    def latest(self) -> float: ...
+    @property
+    def first(self) -> int: ...
+    @property
+    def aggregate(self) -> Aggregate: ...
+
+
+class Summing(Protocol):
+    """Where :func:`place_groups` makes its sums and places them, by id: :class:`AggregateSums` in
+    Python, or natively over the native fold's groups (:class:`streams.native.NativeSums`).
+
+    ``part`` gives a group's aggregate an id; ``add`` the id of the sum of ``parts`` (two or more
+    ids, the first copied and the others added in order: :meth:`Aggregate.copy` and
+    :meth:`Aggregate.merge`), every ``part`` call coming before the first ``add``; ``place`` puts
+    ids into ``delta``'s windows and totals in the order given (a slot's first copied, the others
+    added into it). Each one must give what :class:`AggregateSums` gives, to the bit and to the order
+    of every dict.
+    """
+
+    def part(self, group: Placeable) -> int: ...
+    def add(self, parts: list[int]) -> int: ...
+    def place(self, delta: BatchDelta, windows: list[tuple[WindowKey, int]],
+              totals: list[tuple[str, int]]) -> None: ...
+
+
+class AggregateSums:
+    """:class:`Summing` with :class:`Aggregate` objects: an aggregate goes into the delta without a
+    copy when no placement after it reads it."""
+
+    def __init__(self) -> None:
+        self.aggregates: list[Aggregate] = []
+
+    def part(self, group: Placeable) -> int:
+        self.aggregates.append(group.aggregate)
+        return len(self.aggregates) - 1
+
+    def add(self, parts: list[int]) -> int:
+        aggregates = self.aggregates
+        total = aggregates[parts[0]].copy()
+        for part in parts[1:]:
+            total.merge(aggregates[part])
+        aggregates.append(total)
+        return len(aggregates) - 1
+
+    def place(self, delta: BatchDelta, windows: list[tuple[WindowKey, int]], totals: list[tuple[str, int]]) -> None:
+        aggregates = self.aggregates
+        readers = [0] * len(aggregates)
+        for _, held in windows:
+            readers[held] += 1
+        for _, held in totals:
+            readers[held] += 1
+        into = delta.windows
+        for key, held in windows:
+            _place(into, key, held, aggregates, readers)
+        by_slice = delta.totals
+        for sid, held in totals:
+            _place(by_slice, sid, held, aggregates, readers)
 
 
 def group_traces(traces: Iterable[Trace], dimensions: Sequence[str], resolutions: Sequence[Resolution],
@@ -89,10 +159,9 @@ def _nothing(values: tuple[str, ...]) -> Hashable:
     return ()
 
 
-def _place(store: dict[_K, Aggregate], slot: _K, held: int, aggs: list[Aggregate | None], readers: list[int]) -> None:
+def _place(store: dict[_K, Aggregate], slot: _K, held: int, aggs: list[Aggregate], readers: list[int]) -> None:
     """Merge aggregate ``aggs[held]`` into ``store[slot]``: stored without a copy by its last reader."""
     agg = aggs[held]
-    assert agg is not None   # every sum is built before any is placed
     existing = store.get(slot)
     if existing is not None:
         existing.merge(agg)
@@ -103,8 +172,8 @@ def _place(store: dict[_K, Aggregate], slot: _K, held: int, aggs: list[Aggregate
     readers[held] -= 1
 
 
-def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: float,
-                 resolutions: Sequence[Resolution], delta: BatchDelta) -> int:
+def place_groups(groups: Iterable[tuple[GroupKey, Placeable]], slicer: Slicer, now: float,
+                 resolutions: Sequence[Resolution], delta: BatchDelta, summing: Summing | None = None) -> int:
     """Merge groups (in order of first position) into ``delta``'s windows and
     totals — one row per slice grouping (:mod:`monitor.groupings`), through the
     cardinality guard; returns how many traces they hold.
@@ -155,7 +224,13 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
     sum is built before anything is placed, and an aggregate is stored in
     the delta without a copy only by the last of the placed sums that hold
     it, so no aggregate that a sum still reads is merged into.
+
+    ``summing`` makes the sums and places them (:class:`Summing`; default
+    :class:`AggregateSums`, in Python): this function decides which parts
+    each sum adds and in what order, so the delta is the same whichever
+    makes them.
     """
+    summing = summing if summing is not None else AggregateSums()
     grouping_set = groupings.of_slicer(slicer)
     admit = groupings.guard_admit(slicer.guard)
     project, sources, order = _lattice(grouping_set, slicer.dimensions)
@@ -170,9 +245,10 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
     starts_ids: dict[tuple[int, ...], tuple[list[int], bool]] = {}
     level_ids: list[dict[tuple[int, ...], int]] = [{} for _ in range(depth + 1)]
     # The sums and the groups, by id (a group first, then the sums it starts): each one's first part
-    # (-1 for a group), aggregate (a sum's once built), row and window start; the parts after the first.
+    # (-1 for a group), aggregate's id in ``summing`` (a sum's once built), row and window start; the
+    # parts after the first.
     first: list[int] = []
-    aggs: list[Aggregate | None] = []
+    held: list[int] = []
     row_of: list[str] = []
     start_of: list[int] = []
     more: dict[int, list[int]] = {}
@@ -182,7 +258,6 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
     count = late = 0
     new, below = [-1] * width, [-1] * width   # per grouping, the sum this group started (-1: none)
     for (values, starts), group in groups:
-        agg = group.aggregate
         cached = keys.get(values)
         if cached is None:
             key = slicer.key_for(values)
@@ -197,7 +272,7 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
             cached = keys[values] = (sids, folded_dims, tuple(g.name for g, _, folded in rows if folded),
                                      [ids.setdefault(of(values), len(ids)) for ids, of in zip(projection_ids, project)])
         sids, folded_dims, folded_groupings, pids = cached
-        n = agg.traces
+        n = group.traces
         count += n
         for dim in folded_dims:
             delta.count("folded:" + dim, n)
@@ -217,7 +292,7 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
             latest_of[values] = group.latest
         part = len(first)
         first.append(-1)
-        aggs.append(agg)
+        held.append(summing.part(group))
         row_of.append("")
         start_of.append(0)
         for level in range(depth + 1):
@@ -240,7 +315,7 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
                 if sum_id is None:
                     sum_id = index_at[j][key_at] = len(first)
                     first.append(child)
-                    aggs.append(None)
+                    held.append(-1)
                     row_of.append(sids[j])
                     start_of.append(start)
                     sums_at[level][j].append(sum_id)
@@ -256,40 +331,30 @@ def place_groups(groups: Iterable[tuple[GroupKey, Group]], slicer: Slicer, now: 
             if not reaches:
                 break
             new, below = below, new
-    # the sums, finest first, a grouping after its source; a sum of one part holds that part's aggregate
-    holder = list(range(len(first)))   # the id whose aggregate each one is
+    # the sums, finest first, a grouping after its source; a sum of one part is that part's aggregate
     for level in range(depth + 1):
         for j in order:
             for sum_id in sums_at[level][j]:
                 child = first[sum_id]
                 others = more.get(sum_id)
                 if others is None:
-                    holder[sum_id] = holder[child]
-                    continue
-                total = aggs[holder[child]].copy()   # type: ignore[union-attr]  # its parts are built
-                for child in others:
-                    total.merge(aggs[holder[child]])   # type: ignore[arg-type]
-                aggs[sum_id] = total
-    # the sums merged in (a late window's only feed the coarser levels), and how many read each aggregate
-    for level, res in enumerate(resolutions):
-        sums_at[level] = [[s for s in sums if not res.expired(start_of[s], now)] for sums in sums_at[level]]
-    readers = [0] * len(first)
-    for by_grouping in sums_at:
-        for sums in by_grouping:
-            for sum_id in sums:
-                readers[holder[sum_id]] += 1
+                    held[sum_id] = held[child]
+                else:
+                    held[sum_id] = summing.add([held[child], *[held[other] for other in others]])
+    # the sums placed (a late window's only feed the coarser levels)
+    windows: list[tuple[WindowKey, int]] = []
     for level, res in enumerate(resolutions):
         expiring: set[int] = set()
         for sums in sums_at[level]:
             for sum_id in sums:
                 start = start_of[sum_id]
+                if res.expired(start, now):
+                    continue
                 if start not in expiring:
                     delta.expire_at[(res.name, start)] = res.expire_at(start)
                     expiring.add(start)
-                _place(delta.windows, (res.name, start, row_of[sum_id]), holder[sum_id], aggs, readers)
-    for sums in sums_at[depth]:
-        for sum_id in sums:
-            _place(delta.totals, row_of[sum_id], holder[sum_id], aggs, readers)
+                windows.append(((res.name, start, row_of[sum_id]), held[sum_id]))
+    summing.place(delta, windows, [(row_of[sum_id], held[sum_id]) for sums in sums_at[depth] for sum_id in sums])
     last_seen = delta.last_seen
     for values, latest in latest_of.items():
         for sid in keys[values][0]:

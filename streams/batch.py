@@ -40,7 +40,7 @@ from typing import Any
 
 from monitor import identity
 from monitor.delta import BatchDelta
-from monitor.fold import Group, GroupKey, group_traces, place_groups
+from monitor.fold import Group, GroupKey, Placeable, group_traces, place_groups
 from monitor.identity import Seen
 from monitor.limits import JSONDecodeError as _JSONDecodeError
 from monitor.limits import loads as _loads  # orjson, rejecting duplicate keys
@@ -48,7 +48,7 @@ from monitor.pairing import Pairer, RecordPair, comparison_slice_ids
 from monitor.schema import PAIRED_ARMS, Trace, TraceError, validate
 from monitor.slices import SliceKey, Slicer
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
-from streams.native import JoinInputs, NativeFolder, NativeHalf, PairEvidence, join_part
+from streams.native import JoinInputs, NativeFolder, NativeHalf, PairEvidence, join_part, place_held
 
 log = logging.getLogger("fleetmon.worker")
 
@@ -130,7 +130,8 @@ class Batch:
     """The records of one fetch, by partition, decoded (see the module docstring)."""
 
     parts: list[PartitionBatch] = field(default_factory=list)
-    groups: list[tuple[GroupKey, Group]] = field(default_factory=list)   # the native path's
+    groups: list[tuple[GroupKey, Placeable]] = field(default_factory=list)   # the native path's
+    held: Any = None                                                      # their sums (streams.native)
     identities: Seen = field(default_factory=dict)                        # the native path's
     # how it was decoded, so that :meth:`after` decodes the rest the same way
     now: float = 0.0
@@ -244,7 +245,8 @@ def decode_batch(parts: Sequence[tuple[str, int, Sequence[Any]]], now: float, *,
     except BaseException:
         log.exception("the native fold failed on a batch of %d records; decoding it in Python", batch.size)
         return decode_batch(parts, now, max_record_bytes=max_record_bytes, loads=loads, native=None)
-    batch.groups = result.groups
+    batch.groups = list(result.groups)
+    batch.held = result.held
     batch.identities = result.identities
     slow = iter(result.slow)
     pending = next(slow, None)
@@ -268,19 +270,23 @@ def decode_batch(parts: Sequence[tuple[str, int, Sequence[Any]]], now: float, *,
 
 
 def fold_batch(batch: Batch, slicer: Slicer, now: float,
-               resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS) -> BatchDelta:
-    """The delta of one batch: the fold of its traces (both paths) plus its ``dlq`` count."""
+               resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS, *, native_sums: bool = True) -> BatchDelta:
+    """The delta of one batch: the fold of its traces (both paths) plus its ``dlq`` count. A batch
+    decoded natively is placed natively too unless ``native_sums`` is False
+    (:func:`streams.native.place_held`: the same delta either way)."""
     if batch.native is not None and not batch.native.folds_like(slicer.dimensions, resolutions):
         raise ValueError("the batch was folded natively with other dimensions or windows than "
                          f"{list(slicer.dimensions)} / {[r.name for r in resolutions]}")
-    delta = BatchDelta()
     groups: dict[GroupKey, Group] = {}
     for part in batch.parts:
         group_traces(part.traces, slicer.dimensions, resolutions, positions=part.positions, groups=groups)
-    items = list(groups.items())
+    items: list[tuple[GroupKey, Placeable]] = list(groups.items())
     if batch.groups:  # one order for both paths: as if one pass had seen every record
         items = sorted(items + batch.groups, key=lambda item: item[1].first)
-    place_groups(items, slicer, now, resolutions, delta)
+    if batch.held is not None and native_sums:
+        delta = place_held(items, slicer, now, resolutions, batch.held)
+    else:
+        place_groups(items, slicer, now, resolutions, delta := BatchDelta())
     seen = dict(batch.identities)
     for part in batch.parts:
         identity.collect(part.traces, part.positions, seen)

@@ -9,10 +9,14 @@ shadow pairer needs (:data:`NativeHalf`), so paired traffic stays on this
 path: :func:`streams.batch.pair_batch` offers them to the same
 :class:`monitor.pairing.Pairer`, in the same order, as Python-read traces
 (same waiting halves, same stored text, same evidence). Its groups
-are :class:`monitor.fold.Group` values with the same keys and the same
-arithmetic as :func:`monitor.fold.group_traces`, so the delta a batch
+(:class:`HeldGroup`) have the same keys and the same arithmetic as
+:func:`monitor.fold.group_traces`' groups, so the delta a batch
 yields does not depend on which path folded which record (checked record
-for record by ``tests/unit/streams/test_native.py``).
+for record by ``tests/unit/streams/test_native.py``). Their sums stay
+native (``fleetmon_native.HeldAggregates``): :class:`NativeSums` makes the
+sums and places them where :func:`monitor.fold.place_groups` says, with
+Python's additions in Python's order (``native/src/held.rs``), so a batch's
+groups never become Python objects unless something reads them.
 
 The schema's vocabularies (outcomes, arms, user signals, aliases) and the
 value bounds of :mod:`monitor.limits` are passed from Python when a :class:`NativeFolder` is built, so
@@ -29,14 +33,14 @@ from typing import Any
 
 from monitor import limits
 from monitor.aggregate import Aggregate
-from monitor.delta import BatchDelta
-from monitor.fold import Group, GroupKey
+from monitor.delta import BatchDelta, WindowKey
+from monitor.fold import GroupKey, Placeable, place_groups
 from monitor.identity import Seen
 from monitor.pairing import BASELINE_ARM, Caps, Half, Pairer, pair_key
 from monitor.pricing import PriceMap, PricingError
 from monitor.schema import ALIASES, ARMS, MAX_FUTURE_SKEW_SECONDS, OUTCOMES, PAIRED_ARMS, USER_SIGNALS
 from monitor.sketch import DEFAULT_MIN_VALUE, DEFAULT_RELATIVE_ACCURACY, LogSketch
-from monitor.slices import UNKNOWN
+from monitor.slices import UNKNOWN, Slicer
 from monitor.windows import Resolution
 
 log = logging.getLogger("fleetmon.worker")
@@ -67,12 +71,125 @@ NativeHalf = tuple[int, str, str, str, tuple[str, ...], tuple[bool, bool, bool, 
 class NativeFold:
     """What the native pass made of a batch."""
 
-    groups: list[tuple[GroupKey, Group]]           # ordered by first position
+    groups: list[tuple[GroupKey, HeldGroup]]       # ordered by first position
     slow: list[int]                                # positions left to Python
     parts: list[tuple[int, float | None]]          # per part: traces folded, their latest event time
     identities: Seen = field(default_factory=dict)  # the version tuples it saw (monitor.identity)
     halves: list[NativeHalf] = field(default_factory=list)  # its traces with a pair_id, by position
     joined: Any = None   # instead, with ``native_join``: the halves held natively (``fleetmon_native.Halves``)
+    held: Any = None     # the groups' sums (``fleetmon_native.HeldAggregates``)
+
+
+def _aggregate(counts: dict[str, float], buckets: dict[int, int], zero_count: int) -> Aggregate:
+    return Aggregate(counts, LogSketch.of_buckets(buckets, zero_count))
+
+
+def empty_held() -> Any:
+    """Held aggregates with nothing in them yet (``fleetmon_native.HeldAggregates``), for
+    :class:`NativeSums` over Python aggregates alone (tests)."""
+    if _native is None:
+        raise RuntimeError("the native fold (fleetmon_native) is not installed; run `make install`")
+    return _native.HeldAggregates()
+
+
+class HeldGroup:
+    """A group the native fold made (see :class:`monitor.fold.Placeable`): its sums are aggregate
+    ``index`` of ``held``, made a Python :class:`Aggregate` only when :attr:`aggregate` is read."""
+
+    __slots__ = ("_aggregate", "first", "held", "index", "latest", "traces")
+
+    def __init__(self, held: Any, index: int, traces: int, latest: float, first: int) -> None:
+        self.held, self.index, self.traces, self.latest, self.first = held, index, traces, latest, first
+        self._aggregate: Aggregate | None = None
+
+    @property
+    def aggregate(self) -> Aggregate:
+        if self._aggregate is None:
+            self._aggregate = _aggregate(*self.held.aggregate(self.index))
+        return self._aggregate
+
+
+class NativeRefused(Exception):
+    """The native sums cannot be made exactly as Python would make them: place the batch in Python."""
+
+
+class HeldWindows:
+    """A placement's windows and totals held natively (:class:`monitor.delta.HeldSums`)."""
+
+    def __init__(self, placed: Any, window_keys: list[WindowKey], total_keys: list[str]) -> None:
+        self.placed = placed
+        self.window_keys = window_keys
+        self.total_keys = total_keys
+
+    def windows(self) -> list[Aggregate]:
+        return [_aggregate(*parts) for parts in self.placed.aggregates()]
+
+    def totals(self) -> list[Aggregate]:
+        return [_aggregate(*parts) for parts in self.placed.aggregates(totals=True)]
+
+    def window_traces(self) -> list[int]:
+        """Each window's ``traces``, in :attr:`window_keys` order."""
+        return list(self.placed.window_traces())
+
+    def packed_windows(self, floats: Sequence[str], zero_field: str) -> list[str | None]:
+        """Each window's packed text (``monitor.store.redis.packed.pack_python``'s), or None where
+        Python must pack it (see ``native/src/held.rs``)."""
+        return list(self.placed.packed(list(floats), zero_field))
+
+
+class NativeSums:
+    """:class:`monitor.fold.Summing` over a native fold's held aggregates: the sums are made and placed
+    natively, in one call when :meth:`place` is reached (the GIL released). A group read by Python is
+    added to the held aggregates as it is; anything that cannot be summed exactly as
+    :class:`monitor.fold.AggregateSums` sums it (an ``int`` past ``i128``, an ``int`` where a ``float``
+    was, another sketch accuracy, a delta that already holds windows) raises :class:`NativeRefused`."""
+
+    def __init__(self, held: Any) -> None:
+        self.held = held
+        self.plan: list[int] = []
+        self.built = -1   # the next sum's id, from the first add on
+
+    def part(self, group: Placeable) -> int:
+        if type(group) is HeldGroup and group.held is self.held:
+            return group.index
+        if self.built >= 0:
+            raise RuntimeError("NativeSums: every part comes before the first sum")
+        agg = group.aggregate
+        latency = agg.latency
+        if latency.relative_accuracy != DEFAULT_RELATIVE_ACCURACY or latency.min_value != DEFAULT_MIN_VALUE:
+            raise NativeRefused(f"a sketch with other parameters ({latency!r})")
+        index = self.held.add(agg.counts, latency.buckets, latency.zero_count)
+        if index is None:
+            raise NativeRefused("an aggregate whose values are not plain ints and floats")
+        return int(index)
+
+    def add(self, parts: list[int]) -> int:
+        if self.built < 0:
+            self.built = len(self.held)
+        plan = self.plan
+        plan.append(len(parts))
+        plan.extend(parts)
+        self.built += 1
+        return self.built - 1
+
+    def place(self, delta: BatchDelta, windows: list[tuple[WindowKey, int]], totals: list[tuple[str, int]]) -> None:
+        if delta.windows or delta.totals:
+            raise NativeRefused("the delta holds windows or totals already")
+        window_slots: dict[WindowKey, int] = {}
+        window_pairs: list[int] = []
+        for key, held in windows:
+            window_pairs.append(window_slots.setdefault(key, len(window_slots)))
+            window_pairs.append(held)
+        total_slots: dict[str, int] = {}
+        total_pairs: list[int] = []
+        for sid, held in totals:
+            total_pairs.append(total_slots.setdefault(sid, len(total_slots)))
+            total_pairs.append(held)
+        try:
+            placed = self.held.place(self.plan, window_pairs, len(window_slots), total_pairs, len(total_slots))
+        except ValueError as exc:
+            raise NativeRefused(str(exc)) from exc
+        delta.hold(HeldWindows(placed, list(window_slots), list(total_slots)))
 
 
 class NativeFolder:
@@ -114,17 +231,30 @@ class NativeFolder:
         """
         lengths = None if part_lengths is None else list(part_lengths)
         if self.native_join:
-            rows, slow, parts, seen, joined = self._folder.fold(values, now, lengths, list(PAIRED_ARMS))
+            rows, slow, parts, seen, joined, held = self._folder.fold(values, now, lengths, list(PAIRED_ARMS))
             halves: list[NativeHalf] = []
         else:
-            rows, slow, parts, seen, halves = self._folder.fold(values, now, lengths)
+            rows, slow, parts, seen, halves, held = self._folder.fold(values, now, lengths)
             joined = None
-        groups = []
-        for dims, starts, counts, buckets, zero, group_latest, first in rows:
-            agg = Aggregate(counts, LogSketch.of_buckets(buckets, zero))
-            groups.append(((dims, starts), Group(agg, group_latest, first)))
+        groups = [((dims, starts), HeldGroup(held, index, traces, group_latest, first))
+                  for index, (dims, starts, traces, group_latest, first) in enumerate(rows)]
         identities: Seen = {(found[0], tuple(found[1:])): (latest, first) for found, latest, first in seen}
-        return NativeFold(groups, slow, parts, identities, halves, joined)
+        return NativeFold(groups, slow, parts, identities, halves, joined, held)
+
+
+def place_held(groups: list[tuple[GroupKey, Placeable]], slicer: Slicer, now: float,
+               resolutions: Sequence[Resolution], held: Any) -> BatchDelta:
+    """:func:`monitor.fold.place_groups` of ``groups`` into a new delta on :class:`NativeSums` over
+    ``held`` (the delta's windows and totals held until read); in Python when the native sums refuse
+    (the same delta either way). Placing the same groups twice gives the same delta (in Python, the
+    first placement may merge into the groups' aggregates: a batch is decoded afresh to fold again)."""
+    delta = BatchDelta()
+    try:
+        place_groups(groups, slicer, now, resolutions, delta, NativeSums(held))
+    except NativeRefused as exc:
+        log.info("placing a batch's %d groups in Python: %s", len(groups), exc)
+        place_groups(groups, slicer, now, resolutions, delta := BatchDelta())
+    return delta
 
 
 class JoinInputs:

@@ -14,6 +14,7 @@
 mod evidence;
 mod group;
 mod halves;
+mod held; // the batch's aggregates held natively from the fold to the store
 mod join;
 mod pack; // the worker's packing of window aggregates into their hash field
 mod record;
@@ -22,8 +23,7 @@ mod window; // the exporter's reader of packed window hashes
 
 use group::{Bucketing, Grouper};
 use pyo3::prelude::*;
-use pyo3::intern;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 use rustc_hash::FxHashMap;
 use record::{dimension_field, Dim, Spec};
 use scan::Keys;
@@ -108,9 +108,10 @@ impl Folder {
     /// Fold what the fast path takes of ``values`` (bytes or None each).
     ///
     /// ``part_lengths`` splits ``values`` into consecutive parts (partitions;
-    /// default one part). Returns ``(groups, slow, parts)``: ``groups`` a list
-    /// of ``(dimension values, window starts, counts, buckets, zero_count,
-    /// latest_ts, first_position)`` in order of first position; ``slow`` the
+    /// default one part). Returns ``(groups, slow, parts, identities, halves,
+    /// held)``: ``groups`` a list of ``(dimension values, window starts, traces,
+    /// latest_ts, first_position)`` in order of first position, whose sums
+    /// ``held`` holds (a `held::HeldAggregates`, ids in that order); ``slow`` the
     /// positions left to Python; ``parts`` per part ``(traces folded, their
     /// latest event time or None)``; ``identities`` the version tuples seen,
     /// ``((release, model_id, scaffold_hash, prompt_hash, tool_schema_hash,
@@ -144,7 +145,8 @@ impl Folder {
             join::Collector::new(&self.unknown, self.arms.iter().map(|a| names.contains(a)).collect())
         });
         let collector_ref = &mut collector;
-        let (grouper, slow, halves) = py.detach(move || {
+        let outcome_list = &self.outcomes;
+        let (grouper, slow, halves, held) = py.detach(move || {
             let mut grouper = Grouper::new(ndims, sizes, n_outcomes, bucketing, lengths_ref.len());
             let mut slow: Vec<usize> = Vec::new();
             let mut halves: Vec<halves::Half> = Vec::new();
@@ -187,16 +189,15 @@ impl Folder {
                     start = end;
                 }
             }
-            (grouper, slow, halves)
+            let mut names = held::Names::default();
+            let mut ids = held::GroupNames::new(&mut names, outcome_list);
+            let aggs = grouper.groups.iter().map(|g| held::of_group(g, &mut names, &mut ids)).collect();
+            (grouper, slow, halves, held::HeldAggregates::new(names, aggs))
         });
         let groups = PyList::empty(py);
-        // Names, dimension tuples and window starts are built once per batch and shared by the groups
-        // that have them (a replay batch has ~25x more groups than distinct slices): fewer objects
-        // made, and the Python side hashes each shared string once.
-        let outcome_names = (0..=n_outcomes)   // a group's outcomes: one per outcome, then `none`
-            .map(|i| PyString::new(py, &format!("outcome:{}", self.outcomes.get(i).map(String::as_str).unwrap_or("none"))))
-            .collect::<Vec<_>>();
-        let mut token_names: FxHashMap<&str, [Bound<'py, PyString>; 3]> = FxHashMap::default();
+        // Dimension tuples and window starts are built once per batch and shared by the groups that
+        // have them (a replay batch has ~25x more groups than distinct slices); the groups' sums stay
+        // native (`held`).
         let mut dims_of: FxHashMap<&[Option<std::borrow::Cow<'_, str>>], Bound<'py, PyTuple>> = FxHashMap::default();
         let mut starts_of: FxHashMap<&[i64], Bound<'py, PyTuple>> = FxHashMap::default();
         for g in &grouper.groups {
@@ -217,56 +218,7 @@ impl Folder {
                     t
                 }
             };
-            let counts = PyDict::new(py);
-            counts.set_item(intern!(py, "traces"), g.traces)?;
-            for (i, n) in g.outcomes.iter().enumerate() {
-                if *n > 0 {
-                    counts.set_item(&outcome_names[i], *n)?;
-                }
-            }
-            for (model, sums) in &g.tokens {
-                let names = match token_names.get(model.as_ref()) {
-                    Some(names) => names,
-                    None => {
-                        let made = ["tokens_in:", "tokens_cached_in:", "tokens_out:"]
-                            .map(|kind| PyString::new(py, &format!("{kind}{model}")));
-                        token_names.entry(model.as_ref()).or_insert(made)
-                    }
-                };
-                for (name, n) in names.iter().zip(sums) {
-                    if *n > 0 {
-                        counts.set_item(name, *n)?;
-                    }
-                }
-            }
-            if g.successes > 0 {
-                counts.set_item(intern!(py, "successes"), g.successes)?;
-                counts.set_item(intern!(py, "steps_solved"), g.steps_solved)?;
-                counts.set_item(intern!(py, "tokens_solved"), g.tokens_solved)?;
-            }
-            for (name, n) in [(intern!(py, "steps"), g.steps), (intern!(py, "tool_calls"), g.tool_calls),
-                              (intern!(py, "tool_errors"), g.tool_errors), (intern!(py, "side_effects"), g.side_effects),
-                              (intern!(py, "side_effect_traces"), g.side_effect_traces),
-                              (intern!(py, "harmful_action"), g.harmful_action), (intern!(py, "refused"), g.refused),
-                              (intern!(py, "benign"), g.benign), (intern!(py, "refused_benign"), g.refused_benign),
-                              (intern!(py, "prompt_injection"), g.prompt_injection)] {
-                if n > 0 {
-                    counts.set_item(name, n)?;
-                }
-            }
-            if g.has_fees {
-                counts.set_item(intern!(py, "fees_usd"), g.fees_usd)?;
-            }
-            if g.latency_count > 0 {
-                counts.set_item(intern!(py, "latency_count"), g.latency_count)?;
-                counts.set_item(intern!(py, "latency_sum_seconds"), g.latency_sum_seconds)?;
-            }
-            let buckets = PyDict::new(py);
-            for (k, n) in &g.buckets {
-                buckets.set_item(*k, *n)?;
-            }
-            let row = (dims, starts, counts, buckets, g.zero, g.latest, g.first);
-            groups.append(row)?;
+            groups.append((dims, starts, g.traces, g.latest, g.first))?;
         }
         let identities = PyList::empty(py);
         for (identity, latest, first) in &grouper.identities {
@@ -277,7 +229,8 @@ impl Folder {
             Some(c) => Bound::new(py, c.finish(part_lengths.len(), self.arms.clone()))?.into_any(),
             None => halves::to_python(py, &halves, &self.arms, &self.unknown)?.into_any(),
         };
-        (groups, PyList::new(py, slow)?, PyList::new(py, &grouper.parts)?, identities, halves).into_pyobject(py)
+        (groups, PyList::new(py, slow)?, PyList::new(py, &grouper.parts)?, identities, halves, Bound::new(py, held)?)
+            .into_pyobject(py)
     }
 
     /// For the differential tests: the positions of ``values`` where the hand-written reader

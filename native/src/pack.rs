@@ -102,7 +102,9 @@ impl WindowPacker {
     }
 }
 
-/// Adds the packer to the module (one line in `lib.rs`).
+/// Adds the packer to the module (one line in `lib.rs`), and the held aggregates, whose windows
+/// are packed the same way (`held.rs`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<WindowPacker>()
+    m.add_class::<WindowPacker>()?;
+    crate::held::register(m)
 }

@@ -10,19 +10,23 @@ increments with and the read scripts (``FETCH``, ``TOTALS``) send hashes in; not
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from string import Template
+from typing import Protocol, cast, runtime_checkable
 
 import orjson
 
 from monitor.aggregate import FLOAT_FIELDS, LATENCY_PREFIX, Aggregate
+from monitor.delta import BatchDelta, WindowKey
 from monitor.sketch import ZERO_KEY
 from monitor.store.redis.layout import PACKED_FIELD
 
-__all__ = ["PACKED_FIELD", "PACKING", "pack", "pack_python", "window_fields"]
+__all__ = ["PACKED_FIELD", "PACKING", "PackedHeld", "hash_fields", "pack", "pack_held", "pack_python",
+           "packed_windows", "window_fields"]
 
 _ZERO_FIELD = LATENCY_PREFIX + ZERO_KEY
+_BUCKET_FIELDS: dict[int, str] = {}   # sketch bucket index -> its hash field name (a few hundred at most)
 
 try:
     from fleetmon_native import WindowPacker as _WindowPacker
@@ -107,6 +111,53 @@ def pack(agg: Aggregate) -> str:
         if text is not None:
             return text
     return pack_python(agg)
+
+
+@runtime_checkable
+class PackedHeld(Protocol):
+    """Windows held natively that pack themselves (:class:`streams.native.HeldWindows`)."""
+
+    @property
+    def window_keys(self) -> Sequence[WindowKey]: ...
+    def packed_windows(self, floats: Sequence[str], zero_field: str) -> list[str | None]: ...
+    def window_traces(self) -> list[int]: ...
+    def windows(self) -> list[Aggregate]: ...
+
+
+def packed_windows(delta: BatchDelta) -> Iterable[tuple[WindowKey, str, int]]:
+    """Each window of ``delta``: its key, its :func:`pack` text and its ``traces``, in the delta's order
+    (packed where they are held, without making them Aggregates, when they pack themselves)."""
+    held = delta.held_windows
+    if isinstance(held, PackedHeld):
+        return zip(held.window_keys, pack_held(held), held.window_traces(), strict=True)
+    return ((key, pack(agg), agg.traces) for key, agg in delta.windows.items())
+
+
+def hash_fields(agg: Aggregate) -> tuple[dict[str, str], dict[str, str]]:
+    """``agg`` as one hash's fields written field by field (a total's): the integer fields and sketch
+    buckets (``latency:<index>``, ``latency:z``), then the float fields, as decimal text; zeros left out."""
+    counts = agg.counts
+    fields = {name: str(int(value)) for name, value in counts.items() if value and name not in FLOAT_FIELDS}
+    latency = agg.latency
+    names = _BUCKET_FIELDS
+    for index, n in latency.buckets.items():
+        name = names.get(index)
+        if name is None:
+            name = names[index] = LATENCY_PREFIX + str(index)
+        fields[name] = str(int(n))
+    if latency.zero_count:
+        fields[_ZERO_FIELD] = str(int(latency.zero_count))
+    return fields, {name: repr(float(counts[name])) for name in FLOAT_FIELDS if counts.get(name)}
+
+
+def pack_held(held: PackedHeld) -> list[str]:
+    """Every held window's :func:`pack` text, in order: packed natively, and by :func:`pack_python` where
+    the native packer is not sure to write Python's text (then every window is made an Aggregate)."""
+    texts = held.packed_windows(sorted(FLOAT_FIELDS), _ZERO_FIELD)
+    if None in texts:
+        aggregates = held.windows()
+        return [pack_python(aggregates[i]) if text is None else text for i, text in enumerate(texts)]
+    return cast("list[str]", texts)
 
 
 def pack_python(agg: Aggregate) -> str:

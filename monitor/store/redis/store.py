@@ -30,10 +30,9 @@ from typing import Protocol, cast
 import orjson
 import redis
 
-from monitor.aggregate import FLOAT_FIELDS, LATENCY_PREFIX, Aggregate
+from monitor.aggregate import Aggregate
 from monitor.delta import BatchDelta
 from monitor.identity import MAX_IDENTITIES_PER_RELEASE, OVERFLOW_FIELD
-from monitor.sketch import ZERO_KEY
 from monitor.slices import CardinalityGuard
 from monitor.store.base import (
     AlreadyApplied,
@@ -57,14 +56,12 @@ from monitor.store.redis.layout import (
     count_bucket,
     last_window_of_bucket,
 )
-from monitor.store.redis.packed import pack
+from monitor.store.redis.packed import hash_fields, packed_windows
 from monitor.store.redis.wire import text
 from monitor.windows import DEFAULT_RESOLUTIONS, Resolution
 
 __all__ = ["COUNT_BUCKET_WINDOWS", "RedisGuard", "RedisStore", "connect"]
 
-_BUCKET_FIELDS: dict[int, str] = {}   # sketch bucket index -> its hash field name (a few hundred at most)
-_ZERO_FIELD = LATENCY_PREFIX + ZERO_KEY
 
 
 def connect(url: str) -> redis.Redis:
@@ -134,37 +131,24 @@ class RedisStore:
         expire_at: dict[str, str] = {}
 
         def add(key: str, agg: Aggregate) -> None:
-            counts = agg.counts
-            fields = {name: str(int(value)) for name, value in counts.items() if value and name not in FLOAT_FIELDS}
-            latency = agg.latency
-            if latency.buckets:
-                names = _BUCKET_FIELDS
-                for index, n in latency.buckets.items():
-                    name = names.get(index)
-                    if name is None:
-                        name = names[index] = LATENCY_PREFIX + str(index)
-                    fields[name] = str(int(n))
-            if latency.zero_count:
-                fields[_ZERO_FIELD] = str(int(latency.zero_count))
-            ints[key] = fields
-            as_float = {name: repr(float(counts[name])) for name in FLOAT_FIELDS if counts.get(name)}
+            ints[key], as_float = hash_fields(agg)
             if as_float:
                 floats[key] = as_float
 
         by_name = {r.name: r for r in self.resolutions}
         keys = self.keys
         window_key, count_key = keys.window, keys.window_counts
-        for (res, start, sid), agg in delta.windows.items():
+        for (res, start, sid), packed, traces in packed_windows(delta):
             key = window_key(res, start, sid)
-            windows[key] = pack(agg)
+            windows[key] = packed
             at = delta.expire_at[(res, start)]
             expire_at[key] = str(at)
             resolution = by_name.get(res)
-            if resolution is not None and agg.traces:  # unknown resolutions: no reader uses their counts
+            if resolution is not None and traces:  # unknown resolutions: no reader uses their counts
                 bucket = count_bucket(resolution, start)
                 counts_key = count_key(res, bucket, sid)
                 window_counts = ints.setdefault(counts_key, {})
-                window_counts[str(start)] = str(int(int(window_counts.get(str(start), 0)) + agg.traces))
+                window_counts[str(start)] = str(int(int(window_counts.get(str(start), 0)) + traces))
                 # the expiry of the bucket's last window: this window's, shifted
                 expire_at[counts_key] = str(at + last_window_of_bucket(resolution, bucket) - start)
         for sid, agg in delta.totals.items():
