@@ -20,7 +20,6 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
-use std::fmt::Write;
 use std::sync::Arc;
 
 use crate::group::Group;
@@ -410,6 +409,28 @@ fn plain_name(name: &str) -> bool {
     name.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f)
 }
 
+/// Appends `n` in decimal (Python's `str(int)`), without the formatting machinery (a window has
+/// ~100 numbers: most of the packing's time when written with `write!`).
+fn push_int(out: &mut String, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut left = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (left % 10) as u8;
+        left /= 10;
+        if left == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push('-');
+    }
+    for &digit in &digits[at..] {
+        out.push(digit as char);   // ASCII: one byte each
+    }
+}
+
 fn push_pair(out: &mut String, name: &str, value: &str) {
     if out.len() > 1 {
         out.push(',');
@@ -422,9 +443,11 @@ fn push_pair(out: &mut String, name: &str, value: &str) {
 }
 
 impl Placed {
-    /// `pack_python`'s text, or None (see the module docstring). `floats[name]`: a float field.
-    fn pack(py: Python<'_>, agg: &Agg, names: &Names, floats: &[bool], zero_field: &str) -> PyResult<Option<String>> {
-        let mut out = String::with_capacity(64 + 24 * agg.fields.len() + 12 * agg.buckets.len());
+    /// `pack_python`'s text into `out` (cleared first), or false (see the module docstring).
+    /// `floats[name]`: a float field.
+    fn pack(py: Python<'_>, agg: &Agg, names: &Names, floats: &[bool], zero_field: &str, out: &mut String)
+            -> PyResult<bool> {
+        out.clear();
         out.push('[');
         let mut number = String::new();
         for &(name, value) in &agg.fields {
@@ -437,32 +460,37 @@ impl Placed {
             }
             let text = &names.list[name as usize];
             if !plain_name(text) {
-                return Ok(None);
+                return Ok(false);
             }
             number.clear();
             match (value, floats[name as usize]) {
                 (Num::Float(x), true) => number.push_str(PyFloat::new(py, x).repr()?.to_str()?),
-                (Num::Int(n), false) if i64::try_from(n).is_ok() => write!(number, "{n}").expect("a String"),
-                _ => return Ok(None),
+                (Num::Int(n), false) => match i64::try_from(n) {
+                    Ok(n) => push_int(&mut number, n),
+                    Err(_) => return Ok(false),
+                },
+                _ => return Ok(false),
             }
-            push_pair(&mut out, text, &number);
+            push_pair(out, text, &number);
         }
         if agg.zero != 0 {
             if !plain_name(zero_field) {
-                return Ok(None);
+                return Ok(false);
             }
             number.clear();
-            write!(number, "{}", agg.zero).expect("a String");
-            push_pair(&mut out, zero_field, &number);
+            push_int(&mut number, agg.zero);
+            push_pair(out, zero_field, &number);
         }
         out.push_str("]\n");
         for (i, &(k, n)) in agg.buckets.iter().enumerate() {
             if i > 0 {
                 out.push(' ');
             }
-            write!(out, "{k} {n}").expect("a String");
+            push_int(out, k);
+            out.push(' ');
+            push_int(out, n);
         }
-        Ok(Some(out))
+        Ok(true)
     }
 }
 
@@ -497,9 +525,18 @@ impl Placed {
 
     /// Each window's packed text (``pack_python``'s), or None where Python must pack it. ``floats``:
     /// the float fields (``FLOAT_FIELDS``); ``zero_field``: the zero bucket's name (``latency:z``).
-    fn packed(&self, py: Python<'_>, floats: Vec<String>, zero_field: &str) -> PyResult<Vec<Option<String>>> {
+    fn packed<'py>(&self, py: Python<'py>, floats: Vec<String>, zero_field: &str) -> PyResult<Bound<'py, PyList>> {
         let is_float: Vec<bool> = self.names.list.iter().map(|n| floats.contains(n)).collect();
-        self.windows.iter().map(|agg| Self::pack(py, agg, &self.names, &is_float, zero_field)).collect()
+        let out = PyList::empty(py);
+        let mut text = String::with_capacity(4096);   // one buffer for every window: no allocation per window
+        for agg in &self.windows {
+            if Self::pack(py, agg, &self.names, &is_float, zero_field, &mut text)? {
+                out.append(PyString::new(py, &text))?;
+            } else {
+                out.append(py.None())?;
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -525,6 +562,15 @@ mod tests {
         assert_eq!(out.fields, vec![(0, Num::Int(3)), (3, Num::Float(0.1 + 0.2)), (1, Num::Int(1))]);
         assert_eq!(out.buckets, vec![(5, 3), (-9000, 3), (7, 1)]);
         assert_eq!(out.zero, 1);
+    }
+
+    #[test]
+    fn integers_are_written_as_python_writes_them() {
+        for n in [0, 7, -7, 10, 1234567890, i64::MAX, i64::MIN, -1] {
+            let mut out = String::new();
+            push_int(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
     }
 
     #[test]
