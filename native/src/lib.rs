@@ -15,6 +15,7 @@ mod evidence;
 mod group;
 mod halves;
 mod held; // the batch's aggregates held natively from the fold to the store
+mod sums; // their arithmetic
 mod join;
 mod pack; // the worker's packing of window aggregates into their hash field
 mod record;
@@ -189,9 +190,9 @@ impl Folder {
                     start = end;
                 }
             }
-            let mut names = held::Names::default();
-            let mut ids = held::GroupNames::new(&mut names, outcome_list);
-            let aggs = grouper.groups.iter().map(|g| held::of_group(g, &mut names, &mut ids)).collect();
+            let mut names = sums::Names::default();
+            let mut ids = sums::GroupNames::new(&mut names, outcome_list);
+            let aggs = grouper.groups.iter().map(|g| sums::of_group(g, &mut names, &mut ids)).collect();
             (grouper, slow, halves, held::HeldAggregates::new(names, aggs))
         });
         let groups = PyList::empty(py);
