@@ -21,6 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use std::sync::Arc;
 
+use crate::pack::push_pair;
 use crate::sums::{place, Agg, Names, Num, Refused};
 
 fn to_python<'py>(py: Python<'py>, agg: &Agg, names: &[Bound<'py, PyString>]) -> PyResult<Bound<'py, PyTuple>> {
@@ -171,17 +172,6 @@ fn push_int(out: &mut String, n: i64) {
     for &digit in &digits[at..] {
         out.push(digit as char);   // ASCII: one byte each
     }
-}
-
-fn push_pair(out: &mut String, name: &str, value: &str) {
-    if out.len() > 1 {
-        out.push(',');
-    }
-    out.push('"');
-    out.push_str(name);
-    out.push_str("\",\"");
-    out.push_str(value);
-    out.push('"');
 }
 
 impl Placed {

@@ -33,8 +33,8 @@ fn exact_int(value: &Bound<'_, PyAny>) -> Option<i64> {
     }
 }
 
-/// Appends `"name","value"` (with a comma before it unless it is the first pair).
-fn push_pair(out: &mut String, name: &str, value: &str) {
+/// Appends `"name","value"` (with a comma before it unless it is the first pair); also held.rs's.
+pub(crate) fn push_pair(out: &mut String, name: &str, value: &str) {
     if out.len() > 1 {
         out.push(',');
     }
