@@ -13,8 +13,10 @@ Guarantees (the store's contract is :mod:`monitor.store.base`):
   the values the cardinality guard remembers (a rebuild's swap replaces the admitted values too);
 * infrastructure errors are retried with backoff (the fold too: the cardinality guard may need Redis)
   until the worker stops; a retried apply that did reach Redis before its reply was lost is then
-  refused as already applied, so it counts once. A retry decodes the batch afresh: the fold merges
-  into the native groups it places, so folding the same decode twice would count some traces twice.
+  refused as already applied, so it counts once. A retry decodes the batch afresh: the Python
+  placement merges into the groups it places, so folding the same decode twice could count some
+  traces twice (the native sums leave their groups as they were, but any batch may fall back to
+  the Python placement).
 
 Overlap (:meth:`BatchApplier.submit`, for a store that applies a prebuilt payload: the single Redis):
 the apply thread folds, pairs and serializes batch N + 1 while a sender thread waits for Redis to
@@ -280,7 +282,7 @@ class BatchApplier:
         marks = {}
         expected = dict(watermarks)
         prepared: Prepared | None = None
-        folded = False   # the batch's decode is used up (folded into its native groups)
+        folded = False   # the batch's decode is used up (a Python placement merged into its groups)
         stale = dict(tps) if reload_pairers else {}   # the sources whose pairers ran ahead of the store
         while True:
             if self.stopping() and attempt:
@@ -314,7 +316,7 @@ class BatchApplier:
                 delay = retry_delay(attempt)
                 log.warning("Redis apply of %s failed (attempt %d), retrying in %.1f s: %s: %s",
                             describe(batch), attempt, delay, type(exc).__name__, exc)
-                if folded:  # the fold merged into the batch's native groups: decode afresh
+                if folded:  # a Python placement may have merged into the batch's groups: decode afresh
                     batch = batch.after({})
                     stale.update(tps)
                 prepared, folded = None, False
