@@ -22,7 +22,7 @@ from typing import Any
 
 from monitor.config import KafkaConfig
 from monitor.kafka import kafka_python_consumer
-from monitor.kafka_auth import refused_credentials
+from monitor.kafka_auth import KafkaCredentialsRefused, check_credentials, refused_credentials
 
 log = logging.getLogger("fleetmon.exporter")
 
@@ -43,7 +43,8 @@ class KafkaLag:
     ``stale_seconds``: the broker cannot be reached, or refuses the credentials.
     A failed reading is logged as a warning once per failure streak; a refusal
     of the SASL credentials is logged as an error with the broker's words
-    (:func:`monitor.kafka_auth.refused_credentials`). The first scrape waits up
+    (:mod:`monitor.kafka_auth`: asked before each consumer is built, and again
+    when a reading fails). The first scrape waits up
     to ``first_wait_seconds`` for the first reading, so an exporter that starts
     beside a healthy broker reports lag from its first scrape.
 
@@ -77,6 +78,7 @@ class KafkaLag:
             warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python's import-time warnings
             from kafka import KafkaConsumer, TopicPartition
         if self._consumer is None:
+            check_credentials(self.kafka)  # SASL only: a refusal in ~1 s, not kafka-python's 30 s of retries
             self._consumer = KafkaConsumer(**kafka_python_consumer(
                 self.kafka, client_id="fleetmon-exporter-lag", group_id=None, enable_auto_commit=False,
                 request_timeout_ms=max(self.timeout_ms, 1000) + 1000))
@@ -98,7 +100,7 @@ class KafkaLag:
             self._drop_consumer()
             if not self._failing:
                 self._failing = True
-                refused = self._refusal()
+                refused = exc.refusal if isinstance(exc, KafkaCredentialsRefused) else self._refusal()
                 if refused is not None:
                     log.error("consumer lag unknown: Kafka at %s refused the credentials: %s (check "
                               "kafka.sasl_username / sasl_password)", self.bootstrap, refused)
