@@ -707,7 +707,6 @@ fn parse_counts(py: Python<'_>, raw: &[u8], out: PyBuffer<i64>) -> PyResult<Opti
     Ok(Some(values.len()))
 }
 
-/// Adds the codec and the dict arithmetic to the module (one line in `lib.rs`).
 /// A sketch's buckets `{index: count}` as `(index, running count)` in index order, the running
 /// count the sum of the counts up to that index: what `monitor.exporter.figures` bisects. None
 /// (Python decides) when an index or a count is not an int within i64, a count is below 0 (the
@@ -753,6 +752,7 @@ fn bucket_at_ranks(buckets: &Bound<'_, PyDict>, ranks: Vec<i64>) -> Option<Vec<i
     Some(ranks.iter().map(|&rank| running[running.partition_point(|p| p.1 <= rank).min(last)].0).collect())
 }
 
+/// Adds the codec, the dict arithmetic and the running counts to the module (one line in `lib.rs`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<WindowCodec>()?;
     m.add_function(wrap_pyfunction!(add_into, m)?)?;
