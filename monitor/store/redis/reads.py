@@ -45,6 +45,11 @@ log = logging.getLogger("fleetmon.exporter")
 
 #: Active slices per pair of round trips (counts, fetch); see :class:`~monitor.store.redis.wire.Wire`.
 GROUP_SLICES = 250
+#: Windows a group may expect to fetch: a slice without a cache entry counts every start of the range
+#: (its fresh sum), one with an entry a single window. On a cold read this makes the groups small
+#: (about 50 slices of an hour's minutes), so that Redis runs one group's fetch while the exporter
+#: sums the one before (250 slices a group: ~1.07 s in-process at 1,000 slices, 50: ~0.9 s).
+GROUP_WINDOWS = 3_000
 
 #: The counts script's leading arguments, and the count buckets they cover in order.
 CountsHead = tuple[list[Any], list[int]]
@@ -150,7 +155,7 @@ class SpanReader:
         allows it (Redis runs a group's scripts while the previous group is
         applied); on any error there, or without one, one call at a time.
         """
-        groups = [ids[i:i + GROUP_SLICES] for i in range(0, len(ids), GROUP_SLICES)]
+        groups = self._groups(ids, len(range_))
         repair: list[str] = []
         if not groups:
             return repair
@@ -173,6 +178,24 @@ class SpanReader:
                        for reply in scripts.call("fetch", keys, args)]
             self._update(changes, replies, range_, suffixes, totals, repair)
         return repair
+
+    def _groups(self, ids: list[str], n_starts: int) -> list[list[str]]:
+        """``ids`` in runs of at most :data:`GROUP_SLICES` slices and about :data:`GROUP_WINDOWS`
+        windows expected to be fetched (every start for a slice not cached, else one)."""
+        groups: list[list[str]] = []
+        group: list[str] = []
+        expected = 0
+        cached = self._spans
+        for sid in ids:
+            cost = 1 if sid in cached else n_starts
+            if group and (len(group) >= GROUP_SLICES or expected + cost > GROUP_WINDOWS):
+                groups.append(group)
+                group, expected = [], 0
+            group.append(sid)
+            expected += cost
+        if group:
+            groups.append(group)
+        return groups
 
     def _pipelined(self, wire: Wire, groups: list[list[str]], counts_head: CountsHead, range_: tuple[int, ...],
                    suffixes: tuple[int, ...], totals: dict[str, Aggregate], repair: list[str]) -> None:

@@ -95,3 +95,19 @@ def test_without_a_redis_client_the_plain_store_methods_are_read():
     assert five == store.window_aggregates("1m", NOW - 300, NOW + 60, ids)
     with pytest.raises(ValueError, match="do not end together"):
         reader.read([(NOW - 300, NOW + 60), (NOW - 3600, NOW - 600)], ids, ids)
+
+
+def test_groups_bound_the_slices_and_the_windows_a_group_expects_to_fetch(monkeypatch):
+    """A slice without a cache entry expects every start of the range, one with an entry a single
+    window; a group closes before it would pass GROUP_WINDOWS or GROUP_SLICES, and keeps the order."""
+    import monitor.store.redis.reads as reads
+
+    monkeypatch.setattr(reads, "GROUP_SLICES", 4)
+    monkeypatch.setattr(reads, "GROUP_WINDOWS", 130)
+    reader = SpanReader(MemoryStore())
+    ids = [f"s{i}" for i in range(12)]
+    reader._spans = {sid: object() for sid in ids[5:]}  # s5 … s11 cached
+    groups = reader._groups(ids, 61)
+    assert groups == [["s0", "s1"], ["s2", "s3"], ["s4", "s5", "s6", "s7"], ["s8", "s9", "s10", "s11"]]
+    assert reader._groups([], 61) == []
+    assert reader._groups(["s0"], 500) == [["s0"]]  # one slice past the bound still gets its group
