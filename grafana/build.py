@@ -82,7 +82,7 @@ def fleet_overview() -> dict[str, Any]:
         stat("DLQ records (10 m)", "sum(job:fleetmon_dlq_records:increase10m)", (12, 0, 4, 4), "none",
              "Records sent to the dead-letter queue in the last 10 minutes.", [(None, "green"), (1, "red")]),
         stat("Consumer lag", "sum(job:fleetmon_consumer_lag:sum)", (16, 0, 4, 4), "none",
-             "Kafka records not yet applied to Redis (shown when the exporter knows the Kafka bootstrap).",
+             "Records in Kafka not yet applied (needs the Kafka bootstrap; blank while fleetmon_consumer_lag_up is 0).",
              [(None, "green"), (10000, "orange")]),
         stat("Scrape duration", "max(fleetmon_scrape_duration_seconds)", (20, 0, 4, 4), "s",
              "Time the exporter spent reading Redis for the last scrape.", [(None, "green"), (2, "orange")]),

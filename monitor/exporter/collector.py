@@ -337,12 +337,15 @@ class FleetCollector:
             offsets.add_metric([source], offset)
         out.append(offsets)
         if self.consumer_lag is not None:
+            # An unknown lag leaves fleetmon_consumer_lag out, and the alerts built on it (worker stalled,
+            # lag high) cannot fire: fleetmon_consumer_lag_up 0 says so (alert FleetmonConsumerLagUnknown).
             lag = self.consumer_lag.lag(applied)
             if lag is not None:
                 family = metric_family(table.CONSUMER_LAG)
                 for source, value in sorted(lag.items()):
                     family.add_metric([source], value)
                 out.append(family)
+            out.append(metric_family(table.CONSUMER_LAG_UP, value=0 if lag is None else 1))
         out.append(metric_family(table.ACTIVE_SLICES, value=n_active))
         out.extend(metric_family(spec, value=counters.get(name, 0)) for spec, name in table.PAIRING_COUNTERS)
         generation = self.store.generation()

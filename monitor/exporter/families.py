@@ -136,6 +136,8 @@ APPLIED_OFFSET = _gauge("fleetmon_applied_offset", "Last Kafka offset applied to
                         "<topic>:<partition>", "source")
 CONSUMER_LAG = _gauge("fleetmon_consumer_lag", "Records in Kafka not yet applied to the store, per "
                       "<topic>:<partition>", "source")
+CONSUMER_LAG_UP = _gauge("fleetmon_consumer_lag_up", "1 when this scrape exported fleetmon_consumer_lag, 0 when "
+                         "the lag is unknown (Kafka unreachable or refusing the credentials; no fresh reading)")
 ACTIVE_SLICES = _gauge("fleetmon_active_slices", "Slices with traffic within the active window")
 SCRAPE_DURATION = _gauge("fleetmon_scrape_duration_seconds", "Time this scrape spent reading the store and "
                          "building the metrics")
@@ -157,7 +159,7 @@ MAX_SERIES = _gauge("fleetmon_exporter_max_series", "The exporter's series budge
 FOLDED_SLICES = _gauge("fleetmon_exporter_folded_slices", "Slices this scrape folded into their release and "
                        "arm's __other__ row to stay within the series budget (0: every slice exported)")
 PIPELINE_FAMILIES = (DLQ_RECORDS, LATE_EVENTS, FOLDED_LABEL_VALUES, GROUPING_FOLDED, APPLIED_OFFSET, CONSUMER_LAG,
-                     ACTIVE_SLICES, SCRAPE_DURATION, STORE_UP, EXPORTER_UP,
+                     CONSUMER_LAG_UP, ACTIVE_SLICES, SCRAPE_DURATION, STORE_UP, EXPORTER_UP,
                      *(spec for spec, _counter_name in PAIRING_COUNTERS), STATE_RESTORES, STATE_GENERATION,
                      MAX_SERIES, FOLDED_SLICES)
 

@@ -9,6 +9,10 @@ the latest reading. kafka-python waits 30 s (its bootstrap timeout) before it
 gives up on a broker that is down or that refuses the credentials, and a
 scrape that waited with it outlived Prometheus's scrape timeout (10 s by
 default): a Kafka outage blanked every fleetmon metric instead of just the lag.
+
+While the lag is unknown the collector exports ``fleetmon_consumer_lag_up 0``
+in its place: the alerts on the lag (worker stalled, lag high) cannot fire
+without it, so its absence alerts on its own (FleetmonConsumerLagUnknown).
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ class KafkaLag:
     A partition with no applied offset lags by everything it holds (end −
     beginning).
 
-    The lag is unknown (``None``, and the metric is simply not exported) until
-    the first reading, and whenever the newest reading is older than
-    ``stale_seconds``: the broker cannot be reached, or refuses the credentials.
+    The lag is unknown (``None``: ``fleetmon_consumer_lag`` is left out and
+    ``fleetmon_consumer_lag_up`` is 0) until the first reading, and whenever
+    the newest reading is older than ``stale_seconds``: the broker cannot be
+    reached, or refuses the credentials.
     A failed reading is logged as a warning once per failure streak; a refusal
     of the SASL credentials is logged as an error with the broker's words
     (:mod:`monitor.kafka_auth`: asked before each consumer is built, and again

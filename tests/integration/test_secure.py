@@ -186,7 +186,9 @@ def test_emitter_worker_redis_exporter_alerts_over_sasl_ssl_and_redis_tls(
         assert listed.returncode == 0, listed.stderr
         assert json.loads(listed.stdout.splitlines()[-1])["summary"]["records"] == 1
         wait_for(lambda: set(lag_of(scrape(port), topic).values()) == {0.0}, 30, "zero lag", exporter_log)
-        assert len(lag_of(scrape(port), topic)) == len(ends)
+        body = scrape(port)
+        assert len(lag_of(body, topic)) == len(ends)
+        assert re.search(r"^fleetmon_consumer_lag_up 1\.0$", body, re.M)
         assert re.search(r"^fleetmon_traces_total\{", scrape(port), re.M)
     finally:
         if worker is not None:
@@ -291,7 +293,8 @@ def test_an_exporter_with_a_refused_kafka_password_serves_every_scrape(
         config: Config, secure_config: Path, secure_prefix: str, tmp_path: Path) -> None:
     """Consumer lag is read off the scrape path: with Kafka refusing the exporter's password, every scrape
     is answered within Prometheus's default scrape timeout (10 s: ``scrape``'s own timeout; kafka-python
-    waits 30 s before it gives up), without the lag, and the log names the refusal."""
+    waits 30 s before it gives up), without the lag but with ``fleetmon_consumer_lag_up 0`` (the lag alerts
+    cannot fire; FleetmonConsumerLagUnknown does), and the log names the refusal."""
     bad = _with_password(secure_config, tmp_path, "kafka")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("FLEETMON_KAFKA_BOOTSTRAP", None)
@@ -306,6 +309,7 @@ def test_an_exporter_with_a_refused_kafka_password_serves_every_scrape(
             body = scrape(port)
             assert "fleetmon_store_up 1.0" in body, log_path.read_text(errors="replace")[-3000:]
             assert "fleetmon_consumer_lag{" not in body
+            assert re.search(r"^fleetmon_consumer_lag_up 0\.0$", body, re.M), body[-3000:]
         wait_for(lambda: re.search(KAFKA_REFUSED, log_path.read_text(errors="replace")) is not None, 60,
                  "the refusal in the exporter's log", log_path)
     finally:

@@ -1,7 +1,8 @@
 """KafkaLag reads the broker's offsets off the scrape path (monitor/exporter/lag.py).
 
 No broker here: ``fetch`` is a function the tests control (a blocked broker is a fetch waiting on an
-event), and the clock is passed in. The real broker paths run in tests/integration/test_prometheus.py
+event), and the clock is passed in; the collector's ``fleetmon_consumer_lag_up`` is checked over the
+in-memory store. The real broker paths run in tests/integration/test_prometheus.py
 (lag read) and test_secure.py (a refused password)."""
 
 from __future__ import annotations
@@ -10,9 +11,16 @@ import logging
 import threading
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import KafkaConfig
+from monitor.delta import BatchDelta
+from monitor.exporter.collector import build_registry
 from monitor.exporter.lag import KafkaLag, Offsets
+from monitor.kafka_auth import KafkaCredentialsRefused
+from monitor.store.memory import MemoryStore
+from tests.support.traces import NOW, PRICES
 
 KAFKA = KafkaConfig(bootstrap="127.0.0.1:9")
 
@@ -103,3 +111,64 @@ def test_close_stops_the_reader() -> None:
     seen = len(calls)
     lag._stop.wait(0.05)
     assert len(calls) == seen
+
+
+# -- fleetmon_consumer_lag_up: an unknown lag is exported as 0, not just left out --------------------------
+def _scrape(lag: KafkaLag | None) -> dict[str, list[float]]:
+    store = MemoryStore()
+    store.apply(BatchDelta(), "t:0", 0, 9)
+    registry, _ = build_registry(store, PRICES, now=lambda: NOW, consumer_lag=lag)
+    samples: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append(sample.value)
+    return samples
+
+
+def test_lag_up_is_1_with_a_fresh_reading_and_0_once_it_is_stale() -> None:
+    clock = Clock()
+    answers: list[Offsets | Exception] = [{"t:0": (0, 15)}]
+
+    def fetch() -> Offsets:
+        answer = answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    lag = KafkaLag(KAFKA, ["t"], cache_seconds=5, clock=clock, stale_seconds=60, fetch=fetch)
+    assert lag.refresh()
+    lag._thread = threading.current_thread()  # no background reader: the test refreshes by hand
+    samples = _scrape(lag)
+    assert samples["fleetmon_consumer_lag"] == [5]   # 15 - (9 + 1)
+    assert samples["fleetmon_consumer_lag_up"] == [1]
+    answers[0] = ConnectionError("broker down")
+    clock.now += 59
+    assert not lag.refresh()
+    assert _scrape(lag)["fleetmon_consumer_lag_up"] == [1]  # a minute-old reading still serves
+    clock.now += 2
+    samples = _scrape(lag)
+    assert "fleetmon_consumer_lag" not in samples
+    assert samples["fleetmon_consumer_lag_up"] == [0]
+    answers[0] = {"t:0": (0, 10)}
+    assert lag.refresh()
+    assert _scrape(lag)["fleetmon_consumer_lag_up"] == [1]
+
+
+def test_lag_up_is_0_when_the_first_reading_fails() -> None:
+    def refused() -> Offsets:
+        raise KafkaCredentialsRefused("127.0.0.1:9", "[Error 58] SaslAuthenticationFailed")
+
+    lag = KafkaLag(KAFKA, ["t"], cache_seconds=60, first_wait_seconds=10, fetch=refused)
+    try:
+        samples = _scrape(lag)  # the first scrape starts the reader and waits for its (failed) reading
+    finally:
+        lag.close()
+    assert "fleetmon_consumer_lag" not in samples
+    assert samples["fleetmon_consumer_lag_up"] == [0]
+    assert samples["fleetmon_store_up"] == [1]        # the rest of the scrape is served
+
+
+def test_lag_up_is_absent_without_a_lag_source() -> None:
+    samples = _scrape(None)
+    assert "fleetmon_consumer_lag" not in samples and "fleetmon_consumer_lag_up" not in samples
+    assert samples["fleetmon_applied_offset"] == [9]
