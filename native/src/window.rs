@@ -14,7 +14,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
 use std::sync::Mutex;
 
@@ -44,11 +44,7 @@ enum Value {
 
 /// A plain decimal integer (`-?[0-9]+`) that fits in i64 (Python's `int(text)` then agrees).
 fn int_of(text: &str) -> Option<i64> {
-    let digits = text.strip_prefix('-').unwrap_or(text);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
+    int_of_bytes(text.as_bytes())
 }
 
 /// A plain decimal number (`-?digits[.digits][e[+-]digits]`, finite): Rust and Python both round
@@ -127,15 +123,9 @@ fn plain_fields(head: &[u8]) -> Option<Vec<Cow<'_, str>>> {
             return None;
         }
         let start = i + 1;
-        let mut end = start;
-        while end < b.len() && b[end] != b'"' {
-            if b[end] == b'\\' || b[end] < 0x20 {
-                return escaped_fields(head);
-            }
-            end += 1;
-        }
-        if end >= b.len() {
-            return None;
+        let end = start + memchr::memchr(b'"', &b[start..])?;
+        if b[start..end].iter().any(|&c| c == b'\\' || c < 0x20) {
+            return escaped_fields(head); // (an escaped quote ends the search early, after a backslash)
         }
         out.push(Cow::Borrowed(&text[start..end]));
         i = end + 1;
@@ -166,82 +156,177 @@ fn int_of_bytes(b: &[u8]) -> Option<i64> {
         Some(b'-') => (true, &b[1..]),
         _ => (false, b),
     };
-    if digits.is_empty() || digits.len() > 18 {
-        return std::str::from_utf8(b).ok().and_then(int_of); // long: let the checked parse decide
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
     }
-    let mut v = 0i64;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        v = v * 10 + i64::from(d - b'0');
+    if digits.len() > 18 {
+        return std::str::from_utf8(b).ok()?.parse().ok(); // long: let the checked parse decide
     }
+    let v = digits.iter().fold(0i64, |v, &d| v * 10 + i64::from(d - b'0'));
     Some(if negative { -v } else { v })
 }
 
-/// The `index count` pairs of a bucket text; None when odd, not plain integers, or a count < 0.
+/// The `index count` pairs of a bucket text appended to `out`; None when odd, not plain integers,
+/// or a count < 0. One pass over the bytes, the tokens split where `split(u8::is_ascii_whitespace)`
+/// splits them (a tail holding another separator, such as the \x0b that Python's `split` also
+/// splits on, makes a token that is not a plain integer: Python decides).
 fn bucket_pairs(tail: &[u8], out: &mut Vec<(i64, i64)>) -> Option<()> {
-    let mut it = tail.split(u8::is_ascii_whitespace).filter(|t| !t.is_empty());
-    while let Some(index) = it.next() {
-        let count = int_of_bytes(it.next()?)?;
+    out.reserve(tail.len() / 4 + 1); // a pair takes 4 bytes at least ("1 2 "): no growing below
+    let mut i = 0;
+    loop {
+        while i < tail.len() && tail[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i == tail.len() {
+            return Some(());
+        }
+        let index = token(tail, &mut i)?;
+        while i < tail.len() && tail[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let count = if i < tail.len() { token(tail, &mut i)? } else { return None }; // odd
         if count < 0 {
             return None;
         }
-        out.push((int_of_bytes(index)?, count));
+        out.push((index, count));
+    }
+}
+
+/// The token at `tail[*at..]` (not whitespace) as a plain decimal integer (`-?[0-9]+`, ended by
+/// ASCII whitespace or the text's end) within i64, `*at` moved past it; None when it is not one.
+/// A token of more than 18 digits goes through [`int_of_bytes`]'s checked parse.
+#[inline(always)]
+fn token(tail: &[u8], at: &mut usize) -> Option<i64> {
+    let start = *at;
+    let negative = tail[start] == b'-';
+    let digits = start + usize::from(negative);
+    let mut i = digits;
+    let mut v = 0i64;
+    while i < tail.len() && tail[i].is_ascii_digit() {
+        v = v.wrapping_mul(10).wrapping_add(i64::from(tail[i] - b'0')); // exact up to 18 digits
+        i += 1;
+    }
+    if i < tail.len() && !tail[i].is_ascii_whitespace() {
+        return None; // a byte other than a digit in the token
+    }
+    *at = i;
+    match i - digits {
+        0 => None,
+        1..=18 => Some(if negative { -v } else { v }),
+        _ => int_of_bytes(&tail[start..i]),
+    }
+}
+
+/// `pairs` (counts >= 0) in index order without their zero counts, in place; None when an index is
+/// listed twice (Python's dict keeps one of them: left to Python), `pairs` then left in any order.
+/// The text lists a sketch's buckets in insertion order, not sorted: they are placed in a dense
+/// table when their indices span few slots, as a sketch's do, else sorted.
+fn sorted_unique(pairs: &mut Vec<(i64, i64)>) -> Option<()> {
+    let Some((lo, hi)) = bounds(pairs) else { return Some(()) };
+    match dense_width(lo, hi, pairs.len()) {
+        Some(width) => {
+            let mut slots = vec![0u64; width]; // count + 1 (at most 2^63): 0 is a slot no pair took
+            for &(index, count) in pairs.iter() {
+                let slot = &mut slots[(index - lo) as usize];
+                if *slot != 0 {
+                    return None;
+                }
+                *slot = count as u64 + 1;
+            }
+            pairs.clear();
+            pairs.extend(slots.iter().enumerate().filter(|(_, &s)| s > 1).map(|(at, &s)| (lo + at as i64, (s - 1) as i64)));
+        }
+        None => {
+            pairs.sort_unstable();
+            if pairs.windows(2).any(|w| w[0].0 == w[1].0) {
+                return None;
+            }
+            pairs.retain(|p| p.1 != 0);
+        }
     }
     Some(())
 }
 
-/// The pairs summed by index, in index order (a dense tally when the indices are few, as a
-/// sketch's are; else a sort); None past i64.
-fn summed_pairs(mut pairs: Vec<(i64, i64)>) -> Option<Vec<(i64, i64)>> {
-    let (Some(lo), Some(hi)) = (pairs.iter().map(|p| p.0).min(), pairs.iter().map(|p| p.0).max()) else {
-        return Some(Vec::new());
-    };
+/// The least and the greatest index of `pairs`; None when there is none.
+fn bounds(pairs: &[(i64, i64)]) -> Option<(i64, i64)> {
+    let first = pairs.first()?.0;
+    Some(pairs.iter().fold((first, first), |(lo, hi), p| (lo.min(p.0), hi.max(p.0))))
+}
+
+/// The slots of a dense table over the indices `lo ..= hi` when it is worth it for `pairs` pairs
+/// (at most about 4 slots a pair); None when a sort does better (or the span passes i64).
+fn dense_width(lo: i64, hi: i64, pairs: usize) -> Option<usize> {
     let width = hi.checked_sub(lo)?;
-    if width < 4 * pairs.len() as i64 + 64 {
-        let mut tally = vec![0i64; width as usize + 1];
-        let mut seen = vec![false; width as usize + 1];
-        for (index, count) in pairs {
-            let at = (index - lo) as usize;
-            tally[at] = tally[at].checked_add(count)?;
-            seen[at] = true;
-        }
-        return Some((0..tally.len()).filter(|&at| seen[at]).map(|at| (lo + at as i64, tally[at])).collect());
+    (width < 4 * pairs as i64 + 64).then_some(width as usize + 1)
+}
+
+/// The pairs of `runs` (counts >= 0) summed by index, in index order, the zero sums left out;
+/// None past i64. `lo ..= hi` bounds their indices and `count` is how many they are: a dense
+/// tally when the indices are few, as a sketch's are; else a sort.
+fn summed_pairs(runs: &[&[(i64, i64)]], lo: i64, hi: i64, count: usize) -> Option<Vec<(i64, i64)>> {
+    if count == 0 {
+        return Some(Vec::new());
     }
+    if let Some(width) = dense_width(lo, hi, count) {
+        let mut tally = vec![0i64; width];
+        for &(index, n) in runs.iter().copied().flatten() {
+            let slot = &mut tally[(index - lo) as usize];
+            *slot = slot.checked_add(n)?;
+        }
+        return Some(tally.iter().enumerate().filter(|(_, &n)| n != 0).map(|(at, &n)| (lo + at as i64, n)).collect());
+    }
+    let mut pairs: Vec<(i64, i64)> = runs.concat();
     pairs.sort_unstable_by_key(|p| p.0);
     let mut summed: Vec<(i64, i64)> = Vec::with_capacity(pairs.len());
-    for (index, count) in pairs {
+    for (index, n) in pairs {
         match summed.last_mut() {
-            Some(last) if last.0 == index => last.1 = last.1.checked_add(count)?,
-            _ => summed.push((index, count)),
+            Some(last) if last.0 == index => last.1 = last.1.checked_add(n)?,
+            _ => summed.push((index, n)),
         }
     }
+    summed.retain(|p| p.1 != 0);
     Some(summed)
 }
 
-/// A present window of a slice's sums: its position, `(name id, value)` integer fields, zero bucket,
-/// and the range of its bucket pairs.
-type Present = (usize, Vec<(usize, i64)>, i64, usize, usize);
+/// A present window of a slice's sums.
+struct Present {
+    /// Its position in the slice's range.
+    at: usize,
+    /// Its integer fields, `(name id, value)` in its order.
+    ints: Vec<(usize, i64)>,
+    /// Its zero bucket.
+    zero: i64,
+    /// Where its bucket pairs are among the slice's.
+    pairs: std::ops::Range<usize>,
+    /// The least and the greatest index of its bucket pairs (None: it has none).
+    bounds: Option<(i64, i64)>,
+}
 
-/// One window's parts: plain fields in order (name, value), floats by their codec position, zero bucket.
+/// One window's parts: plain fields in order (name, value), floats by their codec position (nan
+/// where absent, a repeated name's last value), zero bucket.
 struct Window<'a> {
     fields: Vec<(Cow<'a, str>, Value)>,
+    floats: Vec<f64>,
     zero: i64,
 }
 
 impl WindowCodec {
-    /// `name` as an interned Python string (the one the codec handed out before, when cached).
-    fn name<'py>(&self, py: Python<'py>, name: &str) -> Bound<'py, PyString> {
-        let Ok(mut names) = self.names.lock() else { return PyString::intern(py, name) };
-        if let Some(held) = names.get(name) {
-            return held.bind(py).clone();
-        }
-        let interned = PyString::intern(py, name);
-        if names.len() < NAMES_CACHED {
-            names.insert(name.to_owned(), interned.clone().unbind());
-        }
-        interned
+    /// `names` as interned Python strings (the ones the codec handed out before, when cached), the
+    /// cache locked once for them all.
+    fn interned<'py, 'n>(&self, py: Python<'py>, names: impl IntoIterator<Item = &'n str>) -> Vec<Bound<'py, PyString>> {
+        let Ok(mut cache) = self.names.lock() else {
+            return names.into_iter().map(|name| PyString::intern(py, name)).collect();
+        };
+        names.into_iter().map(|name| {
+            if let Some(held) = cache.get(name) {
+                return held.bind(py).clone();
+            }
+            let interned = PyString::intern(py, name);
+            if cache.len() < NAMES_CACHED {
+                cache.insert(name.to_owned(), interned.clone().unbind());
+            }
+            interned
+        }).collect()
     }
 
     fn float_index(&self, name: &str) -> Option<usize> {
@@ -252,6 +337,7 @@ impl WindowCodec {
     fn head<'a>(&self, head: &'a [u8], zero_assign: bool) -> Option<Window<'a>> {
         let flat = plain_fields(head)?;
         let mut fields = Vec::with_capacity(flat.len() / 2);
+        let mut floats = vec![f64::NAN; self.floats.len()];
         let mut zero = 0i64;
         let mut it = flat.into_iter();
         while let Some(name) = it.next() {
@@ -261,18 +347,19 @@ impl WindowCodec {
                 zero = if zero_assign { n } else { zero.checked_add(n)? };
             } else if name.starts_with(&self.latency_prefix) {
                 return None; // a bucket held as a plain field: the Python readers differ on it
-            } else if self.float_index(&name).is_some() {
-                fields.push((name, Value::Float(float_of(&text)?)));
+            } else if let Some(j) = self.float_index(&name) {
+                floats[j] = float_of(&text)?;
+                fields.push((name, Value::Float(floats[j])));
             } else {
                 fields.push((name, Value::Int(integer_of(&text)?)));
             }
         }
-        Some(Window { fields, zero })
+        Some(Window { fields, floats, zero })
     }
 }
 
 fn split(raw: &[u8]) -> (&[u8], &[u8]) {
-    match raw.iter().position(|&b| b == b'\n') {
+    match memchr::memchr(b'\n', raw) {
         Some(at) => (&raw[..at], &raw[at + 1..]),
         None => (raw, &[]),
     }
@@ -302,9 +389,11 @@ fn buckets_dict<'py>(py: Python<'py>, sorted: &[(i64, i64)]) -> PyResult<Option<
 }
 
 /// One hash read as `decode` reads it, without Python objects: fields (a repeated name keeps its
-/// first place and last value), zero bucket, buckets in index order without zero counts.
+/// first place and last value), the float fields in codec order (nan where absent), zero bucket,
+/// bucket pairs as the text lists them (an index may be listed twice: see [`bucket_steps`]).
 struct Parsed<'a> {
     fields: Vec<(Cow<'a, str>, Value)>,
+    floats: Vec<f64>,
     zero: i64,
     buckets: Vec<(i64, i64)>,
 }
@@ -317,10 +406,10 @@ impl WindowCodec {
             return None;
         }
         let mut fields: Vec<(Cow<'a, str>, Value)> = Vec::with_capacity(window.fields.len());
-        let mut names: FxHashMap<&str, usize> = FxHashMap::default();
+        let mut names: FxHashSet<&str> = FxHashSet::with_capacity_and_hasher(window.fields.len(), Default::default());
         let mut repeated = false;
-        for (at, (name, _)) in window.fields.iter().enumerate() {
-            repeated |= names.insert(name.as_ref(), at).is_some();
+        for (name, _) in &window.fields {
+            repeated |= !names.insert(name.as_ref());
         }
         if repeated {
             for (name, value) in window.fields {
@@ -334,21 +423,7 @@ impl WindowCodec {
         }
         let mut pairs = Vec::new();
         bucket_pairs(tail, &mut pairs)?;
-        pairs.sort_unstable();
-        if pairs.windows(2).any(|w| w[0].0 == w[1].0) {
-            return None;
-        }
-        pairs.retain(|p| p.1 != 0);
-        Some(Parsed { fields, zero: window.zero, buckets: pairs })
-    }
-
-    /// The float fields of a parsed window in codec order, nan where absent.
-    fn floats_of(&self, fields: &[(Cow<'_, str>, Value)]) -> Vec<f64> {
-        self.floats.iter().map(|name| match fields.iter().find(|(k, _)| k == name) {
-            Some((_, Value::Float(v))) => *v,
-            Some((_, Value::Int(n))) => *n as f64,
-            None => f64::NAN,
-        }).collect()
+        Some(Parsed { fields, floats: window.floats, zero: window.zero, buckets: pairs })
     }
 }
 
@@ -398,33 +473,87 @@ fn gained<'b>(new: &'b Parsed<'_>, old: &Parsed<'_>)
     if found != old.fields.len() {
         down = true; // a field of old that new lacks (names are unique in both)
     }
-    let mut buckets = Vec::with_capacity(new.buckets.len());
+    let steps = bucket_steps(&new.buckets, &old.buckets).ok_or(())?;
+    let zero = new.zero - old.zero;
+    if down || steps.down || zero < 0 {
+        return Ok(None);
+    }
+    let total = |zero: i64, buckets: Option<i64>| buckets.and_then(|b| b.checked_add(zero)).ok_or(());
+    let count = total(new.zero, steps.totals.0)? - total(old.zero, steps.totals.1)?;
+    Ok(Some((counts, steps.gained, zero, count)))
+}
+
+/// What a window's buckets gained: `new`'s counts less `old`'s (0 where absent) in index order,
+/// the zero differences left out.
+struct BucketSteps {
+    gained: Vec<(i64, i64)>,
+    /// Whether a bucket went down (or one of `old` is not in `new`).
+    down: bool,
+    /// The sums of `new`'s and of `old`'s counts (None past i64).
+    totals: (Option<i64>, Option<i64>),
+}
+
+/// [`BucketSteps`] of two texts' `index count` pairs (counts >= 0, in the texts' order); None
+/// when an index is listed twice in either (left to Python, as [`sorted_unique`] leaves it).
+/// One dense table over both when their indices span few slots, else both sorted and walked.
+fn bucket_steps(new: &[(i64, i64)], old: &[(i64, i64)]) -> Option<BucketSteps> {
+    let sum = |pairs: &[(i64, i64)]| pairs.iter().try_fold(0i64, |acc, p| acc.checked_add(p.1));
+    let totals = (sum(new), sum(old));
+    let span = match (bounds(new), bounds(old)) {
+        (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+        (one, other) => one.or(other),
+    };
+    let mut gained = Vec::with_capacity(new.len());
+    let mut down = false;
+    let Some((lo, hi)) = span else { return Some(BucketSteps { gained, down, totals }) };
+    if let Some(width) = dense_width(lo, hi, new.len() + old.len()) {
+        let mut slots = vec![[0u64; 2]; width]; // count + 1 in new, in old (0: not listed)
+        for (side, pairs) in [new, old].into_iter().enumerate() {
+            for &(index, count) in pairs {
+                let slot = &mut slots[(index - lo) as usize][side];
+                if *slot != 0 {
+                    return None;
+                }
+                *slot = count as u64 + 1;
+            }
+        }
+        for (at, &[n, o]) in slots.iter().enumerate() {
+            let (n, o) = (n.saturating_sub(1) as i64, o.saturating_sub(1) as i64);
+            if n > 0 {
+                let d = n - o;
+                down |= d < 0;
+                if d != 0 {
+                    gained.push((lo + at as i64, d));
+                }
+            } else {
+                down |= o > 0; // a bucket of old that new lacks
+            }
+        }
+        return Some(BucketSteps { gained, down, totals });
+    }
+    let (mut new, mut old) = (new.to_vec(), old.to_vec());
+    sorted_unique(&mut new)?;
+    sorted_unique(&mut old)?;
     let mut j = 0;
-    for &(index, n) in &new.buckets {
-        while j < old.buckets.len() && old.buckets[j].0 < index {
+    for &(index, n) in &new {
+        while j < old.len() && old[j].0 < index {
             down = true; // a bucket of old that new lacks
             j += 1;
         }
-        let before = if j < old.buckets.len() && old.buckets[j].0 == index {
+        let before = if j < old.len() && old[j].0 == index {
             j += 1;
-            old.buckets[j - 1].1
+            old[j - 1].1
         } else {
             0
         };
         let d = n - before;
         down |= d < 0;
         if d != 0 {
-            buckets.push((index, d));
+            gained.push((index, d));
         }
     }
-    down |= j < old.buckets.len();
-    let zero = new.zero - old.zero;
-    if down || zero < 0 {
-        return Ok(None);
-    }
-    let total = |p: &Parsed<'_>| p.buckets.iter().try_fold(p.zero, |acc, b| acc.checked_add(b.1));
-    let count = total(new).ok_or(())? - total(old).ok_or(())?;
-    Ok(Some((counts, buckets, zero, count)))
+    down |= j < old.len();
+    Some(BucketSteps { gained, down, totals })
 }
 
 #[pymethods]
@@ -445,17 +574,14 @@ impl WindowCodec {
             return Ok(None);
         }
         let mut pairs = Vec::new();
-        if bucket_pairs(tail, &mut pairs).is_none() {
-            return Ok(None);
-        }
-        pairs.sort_unstable();
-        if pairs.windows(2).any(|w| w[0].0 == w[1].0) {
-            return Ok(None); // listed twice: Python keeps one of them; leave it to Python
+        if bucket_pairs(tail, &mut pairs).is_none() || sorted_unique(&mut pairs).is_none() {
+            return Ok(None); // an index listed twice: Python keeps one of them; leave it to Python
         }
         let Some((buckets, total)) = buckets_dict(py, &pairs)? else { return Ok(None) };
         let counts = PyDict::new(py);
-        for (name, value) in &window.fields {
-            set_value(&counts, &self.name(py, name), *value)?;
+        let names = self.interned(py, window.fields.iter().map(|(name, _)| name.as_ref()));
+        for (name, (_, value)) in names.iter().zip(&window.fields) {
+            set_value(&counts, name, *value)?;
         }
         Ok(Some(PyTuple::new(py, [counts.into_any(), buckets.into_any(), window.zero.into_pyobject(py)?.into_any(),
                                   total.into_pyobject(py)?.into_any()])?))
@@ -473,14 +599,15 @@ impl WindowCodec {
             None => 0,
             _ => return Ok(None),
         };
-        let floats = self.floats_of(&a.fields).into_pyobject(py)?.into_any();
         let Ok(step) = gained(&a, &b) else { return Ok(None) };
+        let floats = PyList::new(py, &a.floats)?.into_any();
         let step = match step {
             None => py.None().into_bound(py),
             Some((counts, buckets, zero, count)) => {
                 let c = PyDict::new(py);
-                for (name, value) in counts {
-                    set_value(&c, &self.name(py, name), value)?;
+                let names = self.interned(py, counts.iter().map(|(name, _)| *name));
+                for (name, (_, value)) in names.iter().zip(counts) {
+                    set_value(&c, name, value)?;
                 }
                 let bk = PyDict::new(py);
                 for (index, n) in buckets {
@@ -508,18 +635,18 @@ impl WindowCodec {
         let mut floats = vec![f64::NAN; n * nf];
         let items: Vec<Bound<'py, PyAny>> = raws.iter().collect();
         // the integer fields' names by id, in first-seen order over the windows
-        let mut names: Vec<String> = Vec::new();
-        let mut ids: FxHashMap<String, usize> = FxHashMap::default();
+        let mut names: Vec<Cow<'_, str>> = Vec::new();
+        let mut ids: FxHashMap<Cow<'_, str>, usize> = FxHashMap::default();
         let mut seen_in: Vec<usize> = Vec::new(); // per name id, the last window (+1) that held it
         let traces = {
-            ids.insert("traces".to_owned(), 0);
-            names.push("traces".to_owned());
+            ids.insert(Cow::Borrowed("traces"), 0);
+            names.push(Cow::Borrowed("traces"));
             seen_in.push(0);
             0
         };
-        // per present window: its position, (name id, value) fields, zero bucket, its bucket pairs' range
         let mut present: Vec<Present> = Vec::new();
         let mut pairs: Vec<(i64, i64)> = Vec::new();
+        let mut previous: Vec<usize> = Vec::new(); // the last window's integer fields' ids, in its order
         for (i, item) in items.iter().enumerate() {
             if item.is_none() {
                 continue;
@@ -527,29 +654,31 @@ impl WindowCodec {
             let bytes = item.cast::<PyBytes>()?;
             let (head, tail) = split(bytes.as_bytes());
             let Some(window) = self.head(head, true) else { return Ok(None) };
+            floats[i * nf..(i + 1) * nf].copy_from_slice(&window.floats);
             let mut ints = Vec::with_capacity(window.fields.len());
             for (name, value) in window.fields {
-                match (self.float_index(&name), value) {
-                    (Some(j), Value::Float(v)) => floats[i * nf + j] = v,
-                    (None, Value::Int(v)) => {
-                        let id = match ids.get(name.as_ref()) {
-                            Some(&id) => id,
-                            None => {
-                                ids.insert(name.to_string(), names.len());
-                                names.push(name.into_owned());
-                                seen_in.push(0);
-                                names.len() - 1
-                            }
-                        };
-                        if seen_in[id] == i + 1 {
-                            return Ok(None); // a name listed twice: Python keeps the last; leave it to Python
+                let Value::Int(v) = value else { continue }; // a float field: placed above
+                // the windows of a slice mostly list their fields in the same order: look there first
+                let id = match previous.get(ints.len()) {
+                    Some(&id) if names[id] == name => id,
+                    _ => match ids.get(name.as_ref()) {
+                        Some(&id) => id,
+                        None => {
+                            ids.insert(name.clone(), names.len());
+                            names.push(name);
+                            seen_in.push(0);
+                            names.len() - 1
                         }
-                        seen_in[id] = i + 1;
-                        ints.push((id, v));
-                    }
-                    _ => return Ok(None),
+                    },
+                };
+                if seen_in[id] == i + 1 {
+                    return Ok(None); // a name listed twice: Python keeps the last; leave it to Python
                 }
+                seen_in[id] = i + 1;
+                ints.push((id, v));
             }
+            previous.clear();
+            previous.extend(ints.iter().map(|&(id, _)| id));
             counts[i] = ints.iter().find(|(id, _)| *id == traces).map_or(0, |(_, v)| *v);
             if counts[i] == 0 {
                 continue;
@@ -558,19 +687,21 @@ impl WindowCodec {
             if bucket_pairs(tail, &mut pairs).is_none() {
                 return Ok(None);
             }
-            present.push((i, ints, window.zero, first, pairs.len()));
+            let bounds = bounds(&pairs[first..]);
+            present.push(Present { at: i, ints, zero: window.zero, pairs: first..pairs.len(), bounds });
         }
         let spans = PyList::empty(py);
-        let interned: Vec<Bound<'py, PyString>> = names.iter().map(|name| self.name(py, name)).collect();
+        let interned = self.interned(py, names.iter().map(Cow::as_ref));
         for &length in &suffixes {
             let first = n.saturating_sub(length);
             let mut sums = vec![0i64; names.len()];
             let mut order: Vec<usize> = Vec::with_capacity(names.len());
             let mut held = vec![false; names.len()];
             let mut zero = 0i64;
-            let mut span_pairs: Vec<(i64, i64)> = Vec::new();
-            for (_, ints, z, lo, hi) in present.iter().filter(|p| p.0 >= first) {
-                for &(id, v) in ints {
+            let mut runs: Vec<&[(i64, i64)]> = Vec::new();
+            let (mut lo, mut hi, mut count) = (i64::MAX, i64::MIN, 0);
+            for window in present.iter().filter(|p| p.at >= first) {
+                for &(id, v) in &window.ints {
                     if !held[id] {
                         held[id] = true;
                         order.push(id);
@@ -578,11 +709,15 @@ impl WindowCodec {
                     let Some(s) = sums[id].checked_add(v) else { return Ok(None) };
                     sums[id] = s;
                 }
-                let Some(s) = zero.checked_add(*z) else { return Ok(None) };
+                let Some(s) = zero.checked_add(window.zero) else { return Ok(None) };
                 zero = s;
-                span_pairs.extend_from_slice(&pairs[*lo..*hi]);
+                if let Some((l, h)) = window.bounds {
+                    (lo, hi) = (lo.min(l), hi.max(h));
+                }
+                runs.push(&pairs[window.pairs.clone()]);
+                count += window.pairs.len();
             }
-            let Some(summed) = summed_pairs(span_pairs) else { return Ok(None) };
+            let Some(summed) = summed_pairs(&runs, lo, hi, count) else { return Ok(None) };
             let Some((buckets, total)) = buckets_dict(py, &summed)? else { return Ok(None) };
             let out = PyDict::new(py);
             for id in order {

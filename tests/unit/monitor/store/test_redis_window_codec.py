@@ -321,3 +321,57 @@ def test_the_codec_hands_out_interned_field_names_the_same_objects_call_after_ca
     assert list(first) == list(again)
     for a, b in zip(first, again):
         assert a is b and sys.intern(str(a)) is a  # the caches share one copy of each name
+
+
+#: Bucket texts at the edges of the native tokenizer and of its dense tables (a text lists its sketch's
+#: buckets in insertion order, not sorted): separators, signs, every token length up to past i64,
+#: indices listed twice (once with a zero count), indices too far apart for a table (sorted instead),
+#: counts whose sums pass i64, odd and broken pairs.
+EDGE_TAILS = [
+    b"", b" ", b"3 4", b"3 4 ", b" \t3\r\n4\x0c", b"3\x0b4", b"3 4\x0b", b"200 1 -5 2 7 3 0 4", b"-60 9 -61 0 230 7",
+    b"1 0 1 5", b"1 5 1 5", b"2 0", b"-0 3 0 2", b"7 2 8 3 7 0",
+    b"12345678 1 123456789 2", b"1 12345678", b"1 123456789012345678", b"1 1234567890123456789",
+    b"1 9223372036854775807", b"1 9223372036854775808", b"-9223372036854775808 1", b"-9223372036854775809 1",
+    b"1 00000000000000000000007", b"1 -", b"- 1", b"1 -2", b"1 +2", b"1 2x", b"1 \xd9\xa1", b"3 4 5",
+    b"0 1 4611686018427387904 2 -4611686018427387904 3", b"0 1 9223372036854775807 1 -9223372036854775808 1",
+    b"5 9223372036854775807 6 1", b"9 4611686018427387904",
+]
+
+
+def edge_texts() -> list[bytes]:
+    head = pack(Aggregate({"traces": 5, "fees_usd": 0.5, "steps": 3})).encode().partition(b"\n")[0]
+    return [head + b"\n" + tail for tail in EDGE_TAILS]
+
+
+def test_bucket_texts_at_the_native_readers_edges_read_as_in_python_or_go_back_to_python():
+    texts = edge_texts()
+    native = [CODEC.decode(text) is not None for text in texts]
+    assert sum(native) >= 15  # the edges that Python reads alike stay on the native path
+    for text, read in zip(texts, native):
+        want = outcome(wire.decode_hash_python, text)
+        assert not (read and isinstance(want, Exception)), (text, want)
+        got = outcome(wire.decode_hash, text)
+        if isinstance(want, Exception):
+            assert type(got) is type(want) and str(got) == str(want)
+        else:
+            same_aggregate(got, want)
+    grown = [text + b" 999 1 -7 2" for text in texts]  # the same window with buckets added at its text's end
+    for new, old in [*((a, b) for a in texts for b in texts), *zip(grown, texts), *zip(texts, grown)]:
+        got = CODEC.delta(new, old)
+        if got is not None:
+            same_increment(got, new, old)
+    assert sum(CODEC.delta(a, b) is not None for a, b in zip(grown, texts)) >= 15
+    rng = random.Random(7)
+    for _ in range(150):
+        raws = [rng.choice([None, *texts, *grown]) for _ in range(rng.randint(1, 5))]
+        range_ = tuple(range(len(raws)))
+        fetched = {i: t for i, t in enumerate(raws) if t is not None}
+        suffixes = tuple(rng.sample(range(len(raws) + 1), k=rng.randint(1, len(raws) + 1)))
+        want = outcome(span_sums.fresh_sums_python, fetched, range_, suffixes)
+        if CODEC.sums(list(raws), list(suffixes)) is not None:
+            assert not isinstance(want, Exception), (raws, want)
+        got = outcome(span_sums.fresh_sums, fetched, range_, suffixes)
+        if isinstance(want, Exception):
+            assert type(got) is type(want) and str(got) == str(want)
+        else:
+            same_sums(got, want)
