@@ -30,6 +30,9 @@ struct WindowCodec {
     /// Field names already interned (a few dozen: the fields and the models' token fields), so a
     /// window's names are looked up here instead of built and interned again; at most [`NAMES_CACHED`].
     names: Mutex<FxHashMap<String, Py<PyString>>>,
+    /// Per first byte, whether a name that starts with it may be one of the names above (the others
+    /// are integer fields, told apart without comparing them); all true when one of those is empty.
+    special_first: [bool; 256],
 }
 
 /// Field names the codec keeps interned (past that, names are interned call by call as before).
@@ -123,9 +126,9 @@ fn plain_fields(head: &[u8]) -> Option<Vec<Cow<'_, str>>> {
             return None;
         }
         let start = i + 1;
-        let end = start + memchr::memchr(b'"', &b[start..])?;
-        if b[start..end].iter().any(|&c| c == b'\\' || c < 0x20) {
-            return escaped_fields(head); // (an escaped quote ends the search early, after a backslash)
+        let end = string_stop(b, start)?;
+        if b[end] != b'"' {
+            return escaped_fields(head);
         }
         out.push(Cow::Borrowed(&text[start..end]));
         i = end + 1;
@@ -139,6 +142,27 @@ fn plain_fields(head: &[u8]) -> Option<Vec<Cow<'_, str>>> {
             _ => return None,
         }
     }
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Where the JSON string running from `at` stops: its first '"', '\\' or control byte (below 0x20),
+/// None when there is none. Eight bytes a step: a byte's high bit in `(w - ONES) & !w` marks a
+/// zero byte exactly up to the first one (past it a borrow may mark others), and so for the
+/// masks here, so the lowest mark of the three is the first stop.
+fn string_stop(b: &[u8], mut at: usize) -> Option<usize> {
+    while let Some(eight) = b.get(at..at + 8) {
+        let w = u64::from_le_bytes(eight.try_into().ok()?);
+        let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+        let stops = zero(w ^ (u64::from(b'"') * ONES)) | zero(w ^ (u64::from(b'\\') * ONES))
+            | (w.wrapping_sub(0x20 * ONES) & !w & HIGHS);
+        if stops != 0 {
+            return Some(at + (stops.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    b[at..].iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20).map(|k| at + k)
 }
 
 /// [`plain_fields`] of a head with escapes, by serde.
@@ -342,7 +366,9 @@ impl WindowCodec {
         let mut it = flat.into_iter();
         while let Some(name) = it.next() {
             let text = it.next()?; // an odd list: Python's zip drops the last name; leave it to Python
-            if name == self.zero_field.as_str() {
+            if name.as_bytes().first().is_some_and(|&b| !self.special_first[usize::from(b)]) {
+                fields.push((name, Value::Int(integer_of(&text)?)));
+            } else if name == self.zero_field.as_str() {
                 let n = int_of(&text)?; // Python reads the zero bucket with int() alone
                 zero = if zero_assign { n } else { zero.checked_add(n)? };
             } else if name.starts_with(&self.latency_prefix) {
@@ -388,9 +414,10 @@ fn buckets_dict<'py>(py: Python<'py>, sorted: &[(i64, i64)]) -> PyResult<Option<
     Ok(Some((out, total)))
 }
 
-/// One hash read as `decode` reads it, without Python objects: fields (a repeated name keeps its
-/// first place and last value), the float fields in codec order (nan where absent), zero bucket,
-/// bucket pairs as the text lists them (an index may be listed twice: see [`bucket_steps`]).
+/// One hash read without Python objects: its fields as listed ([`deduped`] merges a repeated name
+/// as `decode` does: first place, last value), the float fields in codec order (nan where absent,
+/// a repeated name's last value), zero bucket, bucket pairs as the text lists them (an index may be
+/// listed twice: see [`bucket_steps`]).
 struct Parsed<'a> {
     fields: Vec<(Cow<'a, str>, Value)>,
     floats: Vec<f64>,
@@ -399,32 +426,33 @@ struct Parsed<'a> {
 }
 
 impl WindowCodec {
+    /// `raw` read (None: see the module doc), its fields as listed: [`deduped`] makes them `decode`'s.
     fn parse<'a>(&self, raw: &'a [u8]) -> Option<Parsed<'a>> {
         let (head, tail) = split(raw);
         let window = self.head(head, false)?;
         if window.zero < 0 {
             return None;
         }
-        let mut fields: Vec<(Cow<'a, str>, Value)> = Vec::with_capacity(window.fields.len());
-        let mut names: FxHashSet<&str> = FxHashSet::with_capacity_and_hasher(window.fields.len(), Default::default());
-        let mut repeated = false;
-        for (name, _) in &window.fields {
-            repeated |= !names.insert(name.as_ref());
-        }
-        if repeated {
-            for (name, value) in window.fields {
-                match fields.iter_mut().find(|(k, _)| *k == name) {
-                    Some(slot) => slot.1 = value,
-                    None => fields.push((name, value)),
-                }
-            }
-        } else {
-            fields = window.fields;
-        }
         let mut pairs = Vec::new();
         bucket_pairs(tail, &mut pairs)?;
-        Some(Parsed { fields, floats: window.floats, zero: window.zero, buckets: pairs })
+        Some(Parsed { fields: window.fields, floats: window.floats, zero: window.zero, buckets: pairs })
     }
+}
+
+/// `fields` with a repeated name merged into its first place with its last value (as a dict takes them).
+fn deduped(fields: Vec<(Cow<'_, str>, Value)>) -> Vec<(Cow<'_, str>, Value)> {
+    let mut names: FxHashSet<&str> = FxHashSet::with_capacity_and_hasher(fields.len(), Default::default());
+    if fields.iter().all(|(name, _)| names.insert(name.as_ref())) {
+        return fields;
+    }
+    let mut out: Vec<(Cow<'_, str>, Value)> = Vec::with_capacity(fields.len());
+    for (name, value) in fields {
+        match out.iter_mut().find(|(k, _)| *k == name) {
+            Some(slot) => slot.1 = value,
+            None => out.push((name, value)),
+        }
+    }
+    out
 }
 
 /// What `new` gained over `old` (see `WindowCodec.delta`): Err(()) when the native reader cannot
@@ -560,7 +588,14 @@ fn bucket_steps(new: &[(i64, i64)], old: &[(i64, i64)]) -> Option<BucketSteps> {
 impl WindowCodec {
     #[new]
     fn new(floats: Vec<String>, zero_field: String, latency_prefix: String) -> Self {
-        WindowCodec { floats, zero_field, latency_prefix, names: Mutex::new(FxHashMap::default()) }
+        let mut special_first = [false; 256];
+        for name in floats.iter().chain([&zero_field, &latency_prefix]) {
+            match name.as_bytes().first() {
+                Some(&b) => special_first[usize::from(b)] = true,
+                None => special_first = [true; 256],
+            }
+        }
+        WindowCodec { floats, zero_field, latency_prefix, names: Mutex::new(FxHashMap::default()), special_first }
     }
 
     /// `(counts, buckets, zero, bucket total)` of one encoded hash, or None (see the module doc).
@@ -593,7 +628,14 @@ impl WindowCodec {
     /// left out) or None when something went down (a rebuild). None when either text is one the
     /// native reader hands back.
     fn delta<'py>(&self, py: Python<'py>, new: &[u8], old: &[u8]) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let (Some(a), Some(b)) = (self.parse(new), self.parse(old)) else { return Ok(None) };
+        let (Some(mut a), Some(mut b)) = (self.parse(new), self.parse(old)) else { return Ok(None) };
+        a.fields = deduped(a.fields);
+        // the same window's two texts list their fields in the same order: old's names are then new's
+        // first ones, which deduped found distinct
+        let prefix = b.fields.len() <= a.fields.len() && b.fields.iter().zip(&a.fields).all(|(x, y)| x.0 == y.0);
+        if !prefix {
+            b.fields = deduped(b.fields);
+        }
         let traces = match a.fields.iter().find(|(k, _)| k == "traces") {
             Some((_, Value::Int(n))) => *n,
             None => 0,

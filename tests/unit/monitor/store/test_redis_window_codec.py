@@ -375,3 +375,17 @@ def test_bucket_texts_at_the_native_readers_edges_read_as_in_python_or_go_back_t
             assert type(got) is type(want) and str(got) == str(want)
         else:
             same_sums(got, want)
+
+
+def test_increments_of_texts_that_list_a_field_twice_read_as_in_python():
+    """A repeated name keeps its first place and its last value, in the new text and in the old one
+    (which the native reader checks apart when its names are not the new text's first ones)."""
+    heads = [["traces", "1", "traces", "2"], ["traces", "3"], ["traces", "3", "steps", "1", "traces", "4"],
+             ["steps", "1", "traces", "2", "steps", "5"], ["traces", "2", "fees_usd", "0.5", "fees_usd", "0.25"],
+             ["traces", "5", "steps", "7"]]
+    texts = [orjson.dumps(head) + b"\n1 2 3 4" for head in heads]
+    for new in texts:
+        for old in texts:
+            got = CODEC.delta(new, old)
+            assert got is not None
+            same_increment(got, new, old)
