@@ -107,7 +107,7 @@ fn plain_fields(head: &[u8]) -> Option<Vec<Cow<'_, str>>> {
     }
     let text = std::str::from_utf8(head).ok()?;
     let b = text.as_bytes();
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(head.len() / 8); // a string takes its length + 3: no growing past 5 a string
     let mut i = 1;
     if b.first() != Some(&b'[') {
         return None;
