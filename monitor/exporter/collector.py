@@ -17,11 +17,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache, partial
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
-from prometheus_client.utils import floatToGoString
 
 from monitor.aggregate import Aggregate
 from monitor.exporter import families as table
@@ -31,16 +33,16 @@ from monitor.exporter.exposition import (
     SliceFamily,
     SliceLabels,
     make_app,
-    make_block,
     metric_family,
-    sample_line,
+    sample_lines,
     start_server,
 )
-from monitor.exporter.figures import cost_usd, histogram_counts, window_figures
+from monitor.exporter.figures import cost_of
 from monitor.exporter.folds import RowFolds
 from monitor.exporter.heap import collection_paused
 from monitor.exporter.labels import SliceLabeller, grouping_folded
 from monitor.exporter.lag import KafkaLag
+from monitor.exporter.rows import RowRenderer, TotalsEntry, WindowEntry
 from monitor.identity import summarize
 from monitor.pricing import PriceMap
 from monitor.schema import OUTCOMES
@@ -59,26 +61,6 @@ WINDOW_LOOKAHEAD_SECONDS = 60
 #: Series the slices may take per scrape (exporter.max_series); past it the smallest are folded (budget.py).
 DEFAULT_MAX_SERIES = 20_000
 ExtraCollector = Any  # an object with collect(), or a callable returning metric families
-
-
-@dataclass(frozen=True, slots=True)
-class TotalsEntry:
-    """A slice's rendered totals blocks, valid while the reader returns this very aggregate and labels."""
-
-    aggregate: Aggregate
-    labels: SliceLabels
-    blocks: list[Block]
-
-
-@dataclass(frozen=True, slots=True)
-class WindowEntry:
-    """A (window, slice)'s rendered gauge blocks, valid for this aggregate, first minute and labels."""
-
-    aggregate: Aggregate
-    first_start: int
-    labels: SliceLabels
-    blocks: list[Block | None]
-
 
 @dataclass(frozen=True, slots=True)
 class WindowRead:
@@ -121,7 +103,7 @@ class FleetCollector:
             raise ValueError(f"max_series must be >= 1, got {max_series!r}")
         self.max_series = int(max_series)
         self.folded_slices = 0
-        self._bucket_names = [floatToGoString(b) for b in self.latency_buckets] + ["+Inf"]
+        self._rows = RowRenderer(prices, self.latency_buckets)  # a changed row's blocks (rows.py)
         self._reader = span_reader(store, MINUTE)  # one SpanReader per partition view on a Redis Cluster
         # Rendered samples reused while the reader returns the very same aggregate
         # object (it does for every slice that did not change).
@@ -243,78 +225,54 @@ class FleetCollector:
         cost = SliceFamily.of(table.COST)
         latency = SliceFamily.of(table.LATENCY)
         cached_families = [traces, *simple, tokens, latency]
+        cost_name, prices = table.COST.sample_name, self.prices
         previous, kept = self._total_blocks, {}
+        rows: list[list[Block]] = []
+        texts: list[str] = []
+        costs: list[float] = []
         for sid, agg in totals.items():
             lv = labels[sid]
             entry = previous.get(sid)
             if entry is None or entry.aggregate is not agg or entry.labels is not lv:
-                entry = TotalsEntry(agg, lv, self._total_blocks_of(agg, lv))
+                entry = self._rows.totals(agg, lv)
             kept[sid] = entry
-            for family, block in zip(cached_families, entry.blocks):
-                family.add_block(block)
-            cost.add_block(sample_line(table.COST.sample_name, lv.text(), cost_usd(agg, self.prices, now)))
+            rows.append(entry.blocks)
+            texts.append(lv.text())
+            costs.append(cost_of(entry.models, entry.fees_usd, prices, now))
+        for k, family in enumerate(cached_families):
+            family.add_blocks(map(itemgetter(k), rows))
+        cost.add_blocks(sample_lines(repeat(cost_name), texts, costs))
         self._total_blocks = kept
         return [traces, *simple, tokens, cost, latency]
-
-    def _total_blocks_of(self, agg: Aggregate, lv: SliceLabels) -> list[Block]:
-        """The blocks that depend on the totals alone (not on ``now``), in family order."""
-        counts = agg.counts
-        traces = table.TRACES.sample_name
-        blocks = [make_block(lv, [(traces, outcome, counts.get("outcome:" + outcome, 0))
-                             for outcome in (*OUTCOMES, "none")], "outcome")]
-        plain = lv.text()
-        blocks.extend(sample_line(spec.sample_name, plain, counts.get(field, 0))
-                      for spec, field in table.SIMPLE_COUNTERS)
-        cached_tokens = agg.tokens("tokens_cached_in")
-        tokens = table.TOKENS.sample_name
-        blocks.append(make_block(lv, [(tokens, "input", agg.tokens("tokens_in") - cached_tokens),
-                                 (tokens, "cached_input", cached_tokens),
-                                 (tokens, "output", agg.tokens("tokens_out"))], "type"))
-        count = int(counts.get("latency_count", 0))
-        cumulative = [min(c, count) for c in histogram_counts(agg.latency, self.latency_buckets)] + [count]
-        latency = table.LATENCY.name
-        rows: list[tuple[str, str | None, float]] = [
-            (latency + "_bucket", le, c) for le, c in zip(self._bucket_names, cumulative)]
-        if float(self._bucket_names[0]) >= 0:  # as HistogramMetricFamily: no count/sum with negative buckets
-            rows.append((latency + "_count", None, count))
-            rows.append((latency + "_sum", None, float(counts.get("latency_sum_seconds", 0.0))))
-        blocks.append(make_block(lv, rows, "le"))
-        return blocks
 
     def _gauges(self, windowed: Sequence[WindowRead], labels: Mapping[str, SliceLabels]) -> list[Metric]:
         n_traces = SliceFamily.of(table.WINDOW_TRACES)
         per_second = SliceFamily.of(table.TRACES_PER_SECOND)
         derived = [SliceFamily.of(spec) for spec in table.HEALTH_GAUGES]
+        per_second_name = table.TRACES_PER_SECOND.sample_name
         previous, kept = self._window_blocks, {}
+        rows: list[list[Block | None]] = []
+        texts: list[str] = []
+        rates: list[float] = []
         for read in windowed:
-            name, first_start = read.name, read.first_start
+            name, first_start, span_seconds = read.name, read.first_start, read.span_seconds
+            price_of = cache(partial(self.prices.price_for, at=first_start))  # the window's prices, once a model
             for sid, agg in read.aggregates.items():
                 lv = labels[sid]
                 entry = previous.get((name, sid))
                 if (entry is None or entry.aggregate is not agg or entry.first_start != first_start
                         or entry.labels is not lv):
-                    entry = WindowEntry(agg, first_start, lv, self._window_blocks_of(agg, first_start, lv, name))
+                    entry = self._rows.window(agg, first_start, lv, name, price_of)
                 kept[(name, sid)] = entry
-                blocks = entry.blocks
-                n_traces.add_block(blocks[0])
-                per_second.add_block(sample_line(table.TRACES_PER_SECOND.sample_name, lv.text("window", name),
-                                                 agg.traces / read.span_seconds))
-                for family, block in zip(derived, blocks[1:]):
-                    family.add_block(block)
+                rows.append(entry.blocks)
+                texts.append(entry.label_text)
+                rates.append(agg.traces / span_seconds)
+        n_traces.add_blocks(map(itemgetter(0), rows))
+        per_second.add_blocks(sample_lines(repeat(per_second_name), texts, rates))
+        for k, family in enumerate(derived, start=1):
+            family.add_blocks(map(itemgetter(k), rows))
         self._window_blocks = kept
         return [n_traces, per_second, *derived]
-
-    def _window_blocks_of(self, agg: Aggregate, first_start: int, lv: SliceLabels, window: str
-                          ) -> list[Block | None]:
-        """``fleetmon_window_traces`` then one block (or None) per ``HEALTH_GAUGES`` family."""
-        n = agg.traces
-        label_text = lv.text("window", window)
-        blocks: list[Block | None] = [sample_line(table.WINDOW_TRACES.sample_name, label_text, n)]
-        if n == 0:
-            return blocks + [None] * len(table.HEALTH_GAUGES)
-        for spec, value in zip(table.HEALTH_GAUGES, window_figures(agg, self.prices, first_start)):
-            blocks.append(None if value is None else sample_line(spec.sample_name, label_text, value))
-        return blocks
 
     def _pipeline(self, n_active: int, dimensions: Sequence[str]) -> list[Metric]:
         counters = self.store.counters()

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import accumulate
 from typing import Any
 
 from monitor.aggregate import TOKEN_KINDS, Aggregate, cost_per_solved
 from monitor.exporter.families import QUANTILES
-from monitor.exporter.rates import rate_figures
-from monitor.pricing import PriceMap
+from monitor.exporter.rates import SMALL_N, rate_figures
+from monitor.pricing import Price, PriceMap
 from monitor.sketch import LogSketch
+from monitor.stats.intervals import two_sided_critical_value, wilson_bounds
 
 try:  # the running bucket counts of native/src/window.rs (an extension built before them: Python)
     from fleetmon_native import bucket_at_ranks as _bucket_at_ranks
@@ -27,7 +29,8 @@ except ImportError:  # pragma: no cover - a tree without `make install`
     _bucket_at_ranks = _counts_up_to = None
 
 
-def window_figures(agg: Aggregate, prices: PriceMap, at: float | None) -> list[float | None]:
+def window_figures(agg: Aggregate, prices: PriceMap, at: float | None,
+                   price_of: Callable[[str], Price] | None = None) -> list[float | None]:
     """The values of the ``HEALTH_GAUGES`` of a window with traces, None where one is left out.
 
     The figures :func:`monitor.aggregate.health` gives (same functions, same
@@ -36,27 +39,54 @@ def window_figures(agg: Aggregate, prices: PriceMap, at: float | None) -> list[f
     figure faster; tests compare them), without the
     parts of the health vector no gauge exports (the harmful-action and
     over-refusal intervals, the latency mean, the tool error rate). ``n`` must be > 0.
+    Every value is a float or None. ``price_of``: as for :func:`cost_usd`.
     """
-    n = agg.traces
-    successes = agg.successes
-    success = rate_figures(successes, n)
-    per_solved = cost_per_solved(cost_usd(agg, prices, at), successes)
-    benign = int(agg.get("benign"))
-    side_effect = rate_figures(int(agg.get("side_effect_traces")), n)
-    injection = rate_figures(int(agg.get("prompt_injection")), n)
-    return [*success, per_solved if math.isfinite(per_solved) else None,
-            *(q if math.isfinite(q) else None for q in sketch_quantiles(agg.latency, _QUANTILE_LEVELS)),
-            int(agg.get("harmful_action")) / n, int(agg.get("refused_benign")) / benign if benign else None,
-            *side_effect, agg.get("side_effects") / n, *injection,
-            agg.get("steps") / n, agg.get("steps_solved") / successes if successes else None]
+    get = agg.counts.get
+    n = int(get("traces", 0))
+    successes = int(get("successes", 0))
+    per_solved = cost_per_solved(cost_usd(agg, prices, at, price_of), successes)
+    benign = int(get("benign", 0))
+    return [*_rates(successes, n), per_solved if math.isfinite(per_solved) else None,
+            *_latency_quantiles(agg.latency),
+            int(get("harmful_action", 0)) / n, int(get("refused_benign", 0)) / benign if benign else None,
+            *_rates(int(get("side_effect_traces", 0)), n), get("side_effects", 0) / n,
+            *_rates(int(get("prompt_injection", 0)), n),
+            get("steps", 0) / n, get("steps_solved", 0) / successes if successes else None]
 
 
 _QUANTILE_LEVELS = tuple(q for _key, q in QUANTILES)
+_Z95 = two_sided_critical_value(0.95)
+
+
+def _rates(successes: int, n: int) -> tuple[float, float, float]:
+    """``rate_figures(successes, n)``: the Wilson case (the usual one) without its checks, as it computes it."""
+    if SMALL_N <= n and 0 < successes < n:
+        low, high = wilson_bounds(successes, n, _Z95)
+        return successes / n, low, high
+    return rate_figures(successes, n)
+
+
+def _latency_quantiles(sketch: Any) -> list[float | None]:
+    """``sketch_quantiles(sketch, _QUANTILE_LEVELS)``, None for a non-finite one: without a zero
+    count every rank is above it, so the native bisection's buckets are the quantiles' own."""
+    count = sketch.count
+    if count and not sketch.zero_count and _bucket_at_ranks is not None and sketch.buckets and count < _I64:
+        last = count - 1
+        found = _bucket_at_ranks(sketch.buckets, [math.floor(q * last) for q in _QUANTILE_LEVELS])
+        if found is not None:
+            quantiles = [sketch.value_of(index) for index in found]
+            return [q if math.isfinite(q) else None for q in quantiles]
+    return [q if math.isfinite(q) else None for q in sketch_quantiles(sketch, _QUANTILE_LEVELS)]
 
 #: Field name -> (its position in TOKEN_KINDS, its model) for a model's token field, None for any other.
 _TOKEN_FIELDS: dict[str, tuple[int, str] | None] = {}
 _TOKEN_FIELDS_CACHED = 4096
 _TOKEN_PREFIXES = tuple(kind + ":" for kind in TOKEN_KINDS)
+
+
+#: The field names in _TOKEN_FIELDS, and those of them that are a model's token field.
+_CLASSIFIED: set[str] = set()
+_TOKEN_KEYS: set[str] = set()
 
 
 def _token_field(key: str) -> tuple[int, str] | None:
@@ -66,30 +96,80 @@ def _token_field(key: str) -> tuple[int, str] | None:
         token = (TOKEN_KINDS.index(kind), model)
     if len(_TOKEN_FIELDS) < _TOKEN_FIELDS_CACHED:
         _TOKEN_FIELDS[key] = token
+        _CLASSIFIED.add(key)
+        if token is not None:
+            _TOKEN_KEYS.add(key)
     return token
 
 
-def cost_usd(agg: Aggregate, prices: PriceMap, at: float | None) -> float:
+#: The tokens of each model an aggregate names: ``(model, tokens_in, tokens_cached_in, tokens_out)``.
+ModelTokens = tuple[tuple[str, float, float, float], ...]
+
+
+def _token_keys(counts: dict[str, float]) -> list[str]:
+    """The fields of ``counts`` that are a model's tokens, in counter order (each name parsed once a
+    process, up to the cap; past it by their prefix, as :func:`_token_field` tells them)."""
+    keys = counts.keys()
+    if not keys <= _CLASSIFIED:
+        for key in keys - _CLASSIFIED:
+            _token_field(key)
+        if not keys <= _CLASSIFIED:
+            return [key for key in counts if key.startswith(_TOKEN_PREFIXES)]
+    return [key for key in counts if key in _TOKEN_KEYS]
+
+
+def token_sums(agg: Aggregate) -> tuple[ModelTokens, tuple[float, ...]]:
+    """Each model's tokens (in counter order, as :meth:`Aggregate.cost_usd` sums them) and each kind's
+    total over the models (``agg.tokens(kind)`` for each of ``TOKEN_KINDS``, to the bit), in one pass
+    over the counters' token fields."""
+    counts = agg.counts
+    models: dict[str, list[Any]] = {}
+    kinds: tuple[list[float], ...] = tuple([] for _kind in TOKEN_KINDS)
+    for key in _token_keys(counts):
+        token = _TOKEN_FIELDS.get(key) or _token_field(key)
+        assert token is not None  # a token field
+        value = counts[key]
+        tokens = models.get(token[1])
+        if tokens is None:
+            tokens = models[token[1]] = [0, 0, 0]
+        tokens[token[0]] += value
+        kinds[token[0]].append(value)
+    # sum() of each kind's values in counter order, as Aggregate.tokens (whatever sum() does with floats)
+    return tuple((model, *tokens) for model, tokens in models.items()), tuple(map(sum, kinds))
+
+
+def cost_of(models: ModelTokens, fees_usd: float, prices: PriceMap, at: float | None) -> float:
+    """The cost of ``models``' tokens priced with the entries in force at ``at``, plus ``fees_usd``,
+    added exactly rounded (``math.fsum``) as :meth:`Aggregate.cost_usd` adds them."""
+    return math.fsum([fees_usd, *(prices.price_for(model, at).cost_usd(tokens_in, tokens_cached_in, tokens_out)
+                                  for model, tokens_in, tokens_cached_in, tokens_out in models)])
+
+
+def cost_usd(agg: Aggregate, prices: PriceMap, at: float | None,
+             price_of: Callable[[str], Price] | None = None) -> float:
     """:meth:`Aggregate.cost_usd <monitor.aggregate.Aggregate.cost_usd>`, to the bit, each name parsed once.
 
     Each model's tokens are summed in counter order as there; the models' costs and the fees are
     added exactly rounded (``math.fsum``) as there, so the figure does not depend on the order of the
     counters (a span sum moved by its windows keeps a model where it first came; a fresh sum puts it
     where its first remaining window has it): a long-lived exporter serves a fresh one's figure.
+    ``price_of(model)``, when given, must be ``prices.price_for(model, at)`` (a memo of it).
     """
     counts = agg.counts
     models: dict[str, list[Any]] = {}
-    fields = _TOKEN_FIELDS
-    for key, value in counts.items():
-        token = fields[key] if key in fields else _token_field(key)
-        if token is not None:
-            tokens = models.get(token[1])
-            if tokens is None:
-                tokens = models[token[1]] = [0, 0, 0]
-            tokens[token[0]] += value
-    fees = counts.get("fees_usd", 0.0)
-    return math.fsum([fees, *(prices.price_for(model, at).cost_usd(tokens_in, tokens_cached_in, tokens_out)
-                              for model, (tokens_in, tokens_cached_in, tokens_out) in models.items())])
+    for key in _token_keys(counts):
+        token = _TOKEN_FIELDS.get(key) or _token_field(key)
+        assert token is not None  # a token field
+        tokens = models.get(token[1])
+        if tokens is None:
+            tokens = models[token[1]] = [0, 0, 0]
+        tokens[token[0]] += counts[key]
+    if price_of is None:
+        price_of = partial(prices.price_for, at=at)
+    terms = [price_of(model).cost_usd(tokens_in, tokens_cached_in, tokens_out)
+             for model, (tokens_in, tokens_cached_in, tokens_out) in models.items()]
+    terms.append(counts.get("fees_usd", 0.0))
+    return math.fsum(terms)
 
 
 _I64 = 1 << 63  # ranks below it are handed to the native bisection

@@ -19,6 +19,7 @@ mod sums; // their arithmetic
 mod join;
 mod pack; // the worker's packing of window aggregates into their hash field
 mod record;
+mod render; // the exporter's sample lines
 mod scan;
 mod window; // the exporter's reader of packed window hashes
 
@@ -293,5 +294,6 @@ fn fleetmon_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(known_fields, m)?)?;
     window::register(m)?;
     pack::register(m)?;
+    render::register(m)?;
     Ok(())
 }

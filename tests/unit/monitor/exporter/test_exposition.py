@@ -155,3 +155,14 @@ def test_served_body_is_the_rendered_one_gzipped_and_other_requests_go_to_the_li
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_label_texts_of_an_extra_label_are_its_texts_and_blocks_add_in_order():
+    labels = SliceLabels(("tenant", "release"), ('q"uote', "r1"))
+    texts = labels.texts("le", ("0.1", "+Inf"))
+    assert texts == (labels.text("le", "0.1"), labels.text("le", "+Inf"))
+    assert labels.texts("le", ("0.1", "+Inf")) is texts
+    family = SliceFamily("fleetmon_g", "g", "gauge")
+    family.add_blocks(["fleetmon_g{a=\"1\"} 1.0\n", None, "", "fleetmon_g{a=\"2\"} 2.0\n"])
+    assert family.sample_text() == "fleetmon_g{a=\"1\"} 1.0\nfleetmon_g{a=\"2\"} 2.0\n"
+    assert [s.value for s in family.samples] == [1.0, 2.0]

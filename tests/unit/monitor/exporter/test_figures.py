@@ -123,3 +123,42 @@ def test_the_cost_is_the_aggregates_own_in_any_counter_order(fields, at, shuffle
     terms = [fields.get("fees_usd", 0.0), *(PRICES.price_for(model, at).cost_usd(
         t["tokens_in"], t["tokens_cached_in"], t["tokens_out"]) for model, t in agg.tokens_by_model().items())]
     assert got == math.fsum(terms)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=st.dictionaries(st.one_of(token_field, st.sampled_from(["traces", "fees_usd"])), token_value,
+                              max_size=20),
+       at=st.one_of(st.none(), st.sampled_from([1.7e9, 1.8e9])))
+def test_token_sums_are_the_aggregates_tokens_and_price_the_same_cost(fields, at):
+    """Each kind's total is Aggregate.tokens to the bit and type (float tokens summed in counter order),
+    and the models' tokens priced by cost_of (or cost_usd with a memo of price_for) give its cost."""
+    agg = Aggregate(dict(fields))
+    models, kinds = figures.token_sums(agg)
+    want = [agg.tokens(kind) for kind in ("tokens_in", "tokens_cached_in", "tokens_out")]
+    assert list(kinds) == want and [type(k) for k in kinds] == [type(w) for w in want]
+    cost = agg.cost_usd(PRICES, at)
+    assert figures.cost_of(models, fields.get("fees_usd", 0.0), PRICES, at) == cost
+    assert figures.cost_usd(agg, PRICES, at, lambda model: PRICES.price_for(model, at)) == cost
+
+
+def test_the_cost_parses_past_the_cap_of_remembered_names(monkeypatch):
+    monkeypatch.setattr(figures, "_TOKEN_FIELDS_CACHED", len(figures._TOKEN_FIELDS))  # remembers nothing new
+    agg = Aggregate({"tokens_in:never-seen": 1_000_000, "tokens_out:never-seen": 10, "fees_usd": 0.5, "x-new": 1})
+    assert figures.cost_usd(agg, PRICES, 1.8e9) == agg.cost_usd(PRICES, 1.8e9)
+    assert "x-new" not in figures._CLASSIFIED
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=values, accuracy=st.sampled_from([0.01, 0.02]), shuffle=st.data())
+def test_the_windows_latency_quantiles_are_sketch_quantiles(data, accuracy, shuffle):
+    """Zero counts or not, empty or not: the window's quantiles are sketch_quantiles', None where not finite."""
+    sketch = sketch_of(data, accuracy, shuffle)
+    want = [q if math.isfinite(q) else None for q in sketch_quantiles(sketch, figures._QUANTILE_LEVELS)]
+    assert figures._latency_quantiles(sketch) == want
+
+
+def test_the_windows_rates_are_rate_figures_to_the_bit():
+    for n in [*range(0, 80), 99, 100, 1000, 10**6 + 7]:
+        for k in sorted({*range(0, min(n, 80) + 1), n // 3, n - 1, n} - {-1}):
+            assert figures._rates(k, n) == figures.rate_figures(k, n) or n == 0, (k, n)
+    assert math.isnan(figures._rates(0, 0)[0]) and figures._rates(0, 0)[1:] == (0.0, 1.0)
