@@ -33,6 +33,21 @@ class Clock:
         return self.now
 
 
+def scripted(answers: list[Offsets | Exception], clock: Clock) -> KafkaLag:
+    """A lag read once from ``answers[0]`` (an exception: the broker failing), then refreshed by hand
+    (no background reader: the test calls ``refresh``), stale after 60 s of ``clock``."""
+    def fetch() -> Offsets:
+        answer = answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    lag = KafkaLag(KAFKA, ["t"], cache_seconds=5, clock=clock, stale_seconds=60, fetch=fetch)
+    assert lag.refresh()
+    lag._thread = threading.current_thread()
+    return lag
+
+
 def test_a_scrape_does_not_wait_for_a_broker_that_does_not_answer() -> None:
     release, entered = threading.Event(), threading.Event()
 
@@ -54,16 +69,7 @@ def test_a_scrape_does_not_wait_for_a_broker_that_does_not_answer() -> None:
 def test_the_newest_reading_serves_until_it_is_stale() -> None:
     clock = Clock()
     answers: list[Offsets | Exception] = [{"t:0": (5, 20), "t:1": (0, 0)}]
-
-    def fetch() -> Offsets:
-        answer = answers[0]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    lag = KafkaLag(KAFKA, ["t"], cache_seconds=5, clock=clock, stale_seconds=60, fetch=fetch)
-    assert lag.refresh()
-    lag._thread = threading.current_thread()  # no background reader: the test refreshes by hand
+    lag = scripted(answers, clock)
     assert lag.lag({"t:0": 9}) == {"t:0": 10, "t:1": 0}   # end - (applied + 1); nothing applied: end - begin
     assert lag.lag({}) == {"t:0": 15, "t:1": 0}
     answers[0] = ConnectionError("broker down")
@@ -128,16 +134,7 @@ def _scrape(lag: KafkaLag | None) -> dict[str, list[float]]:
 def test_lag_up_is_1_with_a_fresh_reading_and_0_once_it_is_stale() -> None:
     clock = Clock()
     answers: list[Offsets | Exception] = [{"t:0": (0, 15)}]
-
-    def fetch() -> Offsets:
-        answer = answers[0]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    lag = KafkaLag(KAFKA, ["t"], cache_seconds=5, clock=clock, stale_seconds=60, fetch=fetch)
-    assert lag.refresh()
-    lag._thread = threading.current_thread()  # no background reader: the test refreshes by hand
+    lag = scripted(answers, clock)
     samples = _scrape(lag)
     assert samples["fleetmon_consumer_lag"] == [5]   # 15 - (9 + 1)
     assert samples["fleetmon_consumer_lag_up"] == [1]
