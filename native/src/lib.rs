@@ -21,6 +21,7 @@ mod pack; // the worker's packing of window aggregates into their hash field
 mod record;
 mod render; // the exporter's sample lines
 mod scan;
+mod signed; // the exporter's __other__ rows moved by their members' changes
 mod window; // the exporter's reader of packed window hashes
 
 use group::{Bucketing, Grouper};
@@ -295,5 +296,6 @@ fn fleetmon_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     window::register(m)?;
     pack::register(m)?;
     render::register(m)?;
+    signed::register(m)?;
     Ok(())
 }

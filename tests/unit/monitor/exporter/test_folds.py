@@ -131,3 +131,68 @@ def test_members_moved_in_place_are_never_read_stale():
     folds.finish()
     assert folds.last == {"reused": 0, "moved": 0, "merged": 1}
     same(row, merge_fresh([members[sid] for sid in ("s0", "s2", "s3")]))
+
+
+KEYS = st.one_of(st.sampled_from(["traces", "steps", "fees_usd", "latency_sum_seconds", "tokens_in:m1"]),
+                 st.integers(-4, 4))  # hash(-1) == hash(-2): keys that share a hash
+VALUES = st.one_of(st.integers(0, 50), st.integers(2**62, 2**64), st.floats(0, 10, allow_nan=False),
+                   st.booleans())
+
+
+def plain_int(v: object) -> bool:
+    return type(v) is int and -2**63 <= v < 2**63  # not a bool, within 64 bits
+
+
+@settings(max_examples=400, deadline=None)
+@given(held=st.dictionaries(KEYS, VALUES, max_size=6),
+       parts=st.lists(st.tuples(st.booleans(), st.dictionaries(KEYS, VALUES, max_size=6)), max_size=6))
+def test_the_native_net_sum_of_a_rows_parts_is_the_part_by_part_arithmetic(held, parts):
+    """``add_signed`` (native/src/signed.rs) against adding and taking out part by part in Python:
+    the same integer counts when it applies (a count ending at 0 removed, a count whose net is 0 not
+    touched, float values of FLOAT_FIELDS skipped); None for a value it does not take (anything but an
+    int within 64 bits, or a float of such a field), False for a count that would end below 0, the
+    first refusal in the keys' first-seen order deciding; the row unchanged whenever it refuses."""
+    from fleetmon_native import add_signed
+
+    from monitor.aggregate import FLOAT_FIELDS
+
+    dst = dict(held)
+    got = add_signed(dst, [part for _add, part in parts], [add for add, _part in parts], FLOAT_FIELDS)
+    net: dict = {}  # first-seen order, as the native sum reads the parts
+    refused = None
+    for add, part in parts:
+        for k, v in part.items():
+            if type(v) is float and k in FLOAT_FIELDS:
+                continue
+            if not plain_int(v):
+                refused = refused or "value"
+                continue
+            net[k] = net.get(k, 0) + (v if add else -v)
+    if refused is None:
+        for k, n in net.items():
+            if n == 0:
+                continue
+            if k in held and not plain_int(held[k]):
+                refused = "value"
+            elif held.get(k, 0) + n < 0:
+                refused = "below 0"
+            elif not plain_int(held.get(k, 0) + n):
+                refused = "value"
+            if refused:
+                break
+    if refused is not None:
+        assert got is (None if refused == "value" else False) and dst == held
+        return
+    assert got is True
+    for k, v in held.items():
+        if net.get(k, 0) == 0:
+            assert dst[k] is v  # not touched
+    for k, n in net.items():
+        final = held.get(k, 0) + n
+        if n == 0:
+            assert dst.get(k, "absent") == held.get(k, "absent")
+        elif final == 0:
+            assert k not in dst
+        else:
+            assert dst[k] == final and type(dst[k]) is int
+    assert set(dst) <= set(held) | set(net)
