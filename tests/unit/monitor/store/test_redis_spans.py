@@ -125,3 +125,54 @@ def test_sums_follow_the_range_as_it_moves_on(seed):
         assert repr(list(state.floats)) == repr(list(fresh.floats))
         for k, length in enumerate(suffixes):
             assert state.sums[k].to_dict() == merged(content, range_[-length:]).to_dict(), (step, k)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_only_gained_path_is_the_general_path(seed, monkeypatch):
+    """An update where nothing slid and every changed window only gained (or got its first traces),
+    taken by ``spans._only_gained``, equals the general path's on a copy of the same cache: sums
+    (fields in order, floats to the bit), counts, floats, kept windows, increments and ops."""
+    import copy
+
+    import monitor.store.redis.spans as spans
+
+    rng = random.Random(seed)
+    range_ = tuple(range(0, 61 * STEP, STEP))
+    suffixes = (6, 61)
+    content = windows(seed, list(range_))
+    state = fresh_spans("1", {s: encoded(a, rng) for s, a in content.items()}, range_, suffixes)
+    version, taken = 1, 0
+    for step in range(10):
+        for start in rng.sample(range_[-5:], rng.randint(1, 3)):  # newest minutes: mostly cached, or empty before
+            extra = Aggregate.of(make_traces(rng.randint(1, 9), seed=100 * seed + step))
+            content[start] = content[start].copy().merge(extra) if start in content else extra
+            version += extra.traces
+        counts = array("q", [content[s].traces if s in content else 0 for s in range_])
+        change = plan("s", str(version), counts, range_, suffixes, state, state.version)
+        fetched = {s: encoded(content[s], rng) for s in change.wanted}
+        other = copy.deepcopy(state)
+        fast = spans._only_gained(change, state, fetched, range_, suffixes, str(version))
+        with monkeypatch.context() as m:
+            m.setattr(spans, "_only_gained", lambda *args: None)
+            general = updated(change, other, fetched, range_, suffixes, True)
+        assert general is not None
+        if fast is None:
+            state = general.spans  # (a window's old content not cached: the general path only)
+            continue
+        taken += 1
+        got, want = fast.spans, general.spans
+        for a, b in zip(got.sums, want.sums):
+            assert list(a.counts.items()) == list(b.counts.items())
+            assert list(a.latency.buckets.items()) == list(b.latency.buckets.items())
+            assert (a.latency.zero_count, a.latency.count) == (b.latency.zero_count, b.latency.count)
+        assert (got.version, got.starts, got.suffixes) == (want.version, want.starts, want.suffixes)
+        assert list(got.counts) == list(want.counts) and repr(list(got.floats)) == repr(list(want.floats))
+        assert list(got.recent.items()) == list(want.recent.items())
+        assert {s: a.to_dict() for s, a in fast.gained.items()} == \
+               {s: a.to_dict() for s, a in general.gained.items() if a is not None}
+        assert [None if o is None else [(add, p.to_dict()) for add, p in o] for o in fast.ops] == \
+               [None if o is None else [(add, p.to_dict()) for add, p in o] for o in general.ops]
+        state = fast.spans
+        for k, length in enumerate(suffixes):
+            assert state.sums[k].to_dict() == merged(content, range_[-length:]).to_dict(), (step, k)
+    assert taken >= 4
