@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from itertools import accumulate
 from typing import Any
@@ -118,11 +118,9 @@ def _token_keys(counts: dict[str, float]) -> list[str]:
     return [key for key in counts if key in _TOKEN_KEYS]
 
 
-def token_sums(agg: Aggregate) -> tuple[ModelTokens, tuple[float, ...]]:
-    """Each model's tokens (in counter order, as :meth:`Aggregate.cost_usd` sums them) and each kind's
-    total over the models (``agg.tokens(kind)`` for each of ``TOKEN_KINDS``, to the bit), in one pass
-    over the counters' token fields."""
-    counts = agg.counts
+def _per_model(counts: dict[str, float]) -> tuple[dict[str, list[Any]], tuple[list[float], ...]]:
+    """Each model's tokens ``[in, cached_in, out]`` summed in counter order (as :meth:`Aggregate.cost_usd`
+    sums them), and each kind's values in counter order, in one pass over the counters' token fields."""
     models: dict[str, list[Any]] = {}
     kinds: tuple[list[float], ...] = tuple([] for _kind in TOKEN_KINDS)
     for key in _token_keys(counts):
@@ -134,14 +132,26 @@ def token_sums(agg: Aggregate) -> tuple[ModelTokens, tuple[float, ...]]:
             tokens = models[token[1]] = [0, 0, 0]
         tokens[token[0]] += value
         kinds[token[0]].append(value)
+    return models, kinds
+
+
+def token_sums(agg: Aggregate) -> tuple[ModelTokens, tuple[float, ...]]:
+    """Each model's tokens (in counter order, as :meth:`Aggregate.cost_usd` sums them) and each kind's
+    total over the models (``agg.tokens(kind)`` for each of ``TOKEN_KINDS``, to the bit)."""
+    models, kinds = _per_model(agg.counts)
     # sum() of each kind's values in counter order, as Aggregate.tokens (whatever sum() does with floats)
     return tuple((model, *tokens) for model, tokens in models.items()), tuple(map(sum, kinds))
 
 
-def cost_of(models: ModelTokens, fees_usd: float, prices: PriceMap, at: float | None) -> float:
-    """The cost of ``models``' tokens priced with the entries in force at ``at``, plus ``fees_usd``,
-    added exactly rounded (``math.fsum``) as :meth:`Aggregate.cost_usd` adds them."""
-    return math.fsum([fees_usd, *(prices.price_for(model, at).cost_usd(tokens_in, tokens_cached_in, tokens_out)
+def cost_of(models: Iterable[tuple[str, float, float, float]], fees_usd: float, prices: PriceMap, at: float | None,
+            price_of: Callable[[str], Price] | None = None) -> float:
+    """The cost of ``models``' tokens ``(model, tokens_in, tokens_cached_in, tokens_out)`` priced with the
+    entries in force at ``at``, plus ``fees_usd``, added exactly rounded (``math.fsum``) as
+    :meth:`Aggregate.cost_usd` adds them. ``price_of(model)``, when given, must be
+    ``prices.price_for(model, at)`` (a memo of it)."""
+    if price_of is None:
+        price_of = partial(prices.price_for, at=at)
+    return math.fsum([fees_usd, *(price_of(model).cost_usd(tokens_in, tokens_cached_in, tokens_out)
                                   for model, tokens_in, tokens_cached_in, tokens_out in models)])
 
 
@@ -153,23 +163,11 @@ def cost_usd(agg: Aggregate, prices: PriceMap, at: float | None,
     added exactly rounded (``math.fsum``) as there, so the figure does not depend on the order of the
     counters (a span sum moved by its windows keeps a model where it first came; a fresh sum puts it
     where its first remaining window has it): a long-lived exporter serves a fresh one's figure.
-    ``price_of(model)``, when given, must be ``prices.price_for(model, at)`` (a memo of it).
+    ``price_of``: as for :func:`cost_of`.
     """
-    counts = agg.counts
-    models: dict[str, list[Any]] = {}
-    for key in _token_keys(counts):
-        token = _TOKEN_FIELDS.get(key) or _token_field(key)
-        assert token is not None  # a token field
-        tokens = models.get(token[1])
-        if tokens is None:
-            tokens = models[token[1]] = [0, 0, 0]
-        tokens[token[0]] += counts[key]
-    if price_of is None:
-        price_of = partial(prices.price_for, at=at)
-    terms = [price_of(model).cost_usd(tokens_in, tokens_cached_in, tokens_out)
-             for model, (tokens_in, tokens_cached_in, tokens_out) in models.items()]
-    terms.append(counts.get("fees_usd", 0.0))
-    return math.fsum(terms)
+    models, _kinds = _per_model(agg.counts)
+    return cost_of(((model, *tokens) for model, tokens in models.items()), agg.counts.get("fees_usd", 0.0),
+                   prices, at, price_of)
 
 
 _I64 = 1 << 63  # ranks below it are handed to the native bisection
